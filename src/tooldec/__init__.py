@@ -1,0 +1,1 @@
+"""tooldec: syntax-error-free tool calling."""

@@ -1,0 +1,3 @@
+from tooldec.cli import main
+
+main()

@@ -1,0 +1,97 @@
+"""The compiler: tool specs (or one JSON Schema) → grammar → DFA → token index, cached per tool set and vocabulary.
+
+One `Compiler` per model vocabulary; `compile` once per tool set; `CompiledGrammar.guide()` once per request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from tooldec.automaton.dfa import DFA, compile_dfa
+from tooldec.grammar.calls import CallFormat, ParsedCall, get_format, tools_grammar
+from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
+from tooldec.guide import Guide
+from tooldec.index.token_index import TokenIndex
+from tooldec.specs import ToolSet, ToolSpec
+from tooldec.vocab import Vocabulary
+
+__version__ = "0.1.0"
+
+
+@dataclass
+class CompiledGrammar:
+    """A tool set (or schema) compiled against one vocabulary: make a guide per sequence from it."""
+
+    dfa: DFA
+    index: TokenIndex
+    parse: Callable[[str], Any]
+    tools: ToolSet | None = None
+    format: CallFormat | None = None
+
+    def guide(self) -> Guide:
+        """A fresh guide at the start of a call."""
+        return Guide(self.index, self.parse)
+
+
+class Compiler:
+    """Compiles tool sets for one vocabulary, keeping the last `cache_size` results."""
+
+    def __init__(self, vocab: Vocabulary, *, max_ref_depth: int = DEFAULT_REF_DEPTH, cache_size: int = 16) -> None:
+        self.vocab = vocab
+        self.max_ref_depth = max_ref_depth
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, CompiledGrammar] = OrderedDict()
+
+    def _key(self, kind: str, payload: Any) -> str:
+        h = hashlib.sha256()
+        h.update(f"{__version__}|{kind}|{self.max_ref_depth}|{self.vocab.fingerprint}|".encode())
+        h.update(json.dumps(payload, sort_keys=False, default=str).encode())
+        return h.hexdigest()
+
+    def _cached(self, key: str, build: Callable[[], CompiledGrammar], use_cache: bool) -> CompiledGrammar:
+        if use_cache and key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        result = build()
+        if use_cache:
+            self._cache[key] = result
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return result
+
+    def compile(
+        self, tools: Iterable[ToolSpec] | ToolSet, format: str | CallFormat = "json", *, use_cache: bool = True
+    ) -> CompiledGrammar:
+        """The grammar of one call of any of `tools` in `format`; raises ToolSpecError / UnsupportedSchemaError."""
+        toolset = tools if isinstance(tools, ToolSet) else ToolSet(list(tools))
+        fmt = get_format(format)
+        key = self._key(f"tools:{fmt!r}", [t.to_openai() for t in toolset])
+
+        def build() -> CompiledGrammar:
+            dfa = compile_dfa(tools_grammar(toolset, fmt, max_ref_depth=self.max_ref_depth))
+            return CompiledGrammar(dfa, TokenIndex(dfa, self.vocab), _parse_call(fmt), toolset, fmt)
+
+        return self._cached(key, build, use_cache)
+
+    def compile_schema(
+        self, schema: Any, *, additional_properties: bool = True, use_cache: bool = True
+    ) -> CompiledGrammar:
+        """The grammar of one JSON value valid under `schema` (canonical whitespace, schema key order)."""
+        key = self._key(f"schema:{additional_properties}", schema)
+
+        def build() -> CompiledGrammar:
+            comp = SchemaCompiler(
+                schema, max_ref_depth=self.max_ref_depth, additional_properties=additional_properties
+            )
+            dfa = compile_dfa(comp.value())
+            return CompiledGrammar(dfa, TokenIndex(dfa, self.vocab), json.loads)
+
+        return self._cached(key, build, use_cache)
+
+
+def _parse_call(fmt: CallFormat) -> Callable[[str], ParsedCall]:
+    return fmt.parse

@@ -1,0 +1,158 @@
+"""Schema conformance: compile MaskBench-style files as single-value grammars and feed their test instances.
+
+Each file holds `{"schema": ..., "tests": [{"valid": bool, "data": ...}]}`. A schema either compiles, is
+refused with UnsupportedSchemaError / SchemaError (counted as unsupported, with the reason), runs past the
+time limit (counted as unsupported, reason "timeout") or crashes (a bug). Every test instance is written in
+the grammar's canonical form, tokenised, and fed token by token; it is accepted when every token is allowed
+and the end state accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from tooldec.compiler import Compiler
+from tooldec.errors import ToolSpecError, UnsupportedSchemaError
+from tooldec.grammar.canonical import CanonicalWriter
+from tooldec.guide import Guide
+
+
+class _Timeout(Exception):
+    pass
+
+
+@contextmanager
+def time_limit(seconds: float) -> Iterator[None]:
+    """Raise _Timeout in the main thread after `seconds` (SIGALRM; a no-op limit where that is unavailable)."""
+    if seconds <= 0 or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise _Timeout()
+
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@dataclass
+class FileResult:
+    """The outcome for one schema file."""
+
+    file: str
+    status: str  # compiled | unsupported | crashed
+    reason: str = ""
+    compile_ms: float | None = None
+    valid_total: int = 0
+    valid_accepted: int = 0
+    invalid_total: int = 0
+    invalid_rejected: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def feed(guide: Guide, ids: list[int]) -> bool:
+    """Whether the guide takes every token in turn and ends in an accepting state."""
+    for t in ids:
+        if not guide.accepts(t):
+            return False
+        guide.advance(t)
+    return guide.is_accepting()
+
+
+def check_file(path: Path, compiler: Compiler, *, timeout_s: float = 10.0) -> FileResult:
+    """Compile one file's schema and run its tests."""
+    res = FileResult(file=path.name, status="compiled")
+    try:
+        doc = json.loads(path.read_text())
+        schema = doc["schema"]
+        tests = doc.get("tests", [])
+    except (OSError, ValueError, KeyError) as exc:
+        return FileResult(file=path.name, status="crashed", reason=f"unreadable: {exc}")
+    try:
+        t0 = time.perf_counter()
+        with time_limit(timeout_s):
+            compiled = compiler.compile_schema(schema, use_cache=False)
+        res.compile_ms = (time.perf_counter() - t0) * 1000
+    except UnsupportedSchemaError as exc:
+        return FileResult(file=path.name, status="unsupported", reason=f"{exc.keyword}: {exc}")
+    except ToolSpecError as exc:
+        return FileResult(file=path.name, status="unsupported", reason=f"invalid schema: {exc}")
+    except _Timeout:
+        return FileResult(file=path.name, status="unsupported", reason=f"timeout: compile over {timeout_s}s")
+    except RecursionError:
+        return FileResult(file=path.name, status="unsupported", reason="size: schema nested too deeply")
+    except Exception:
+        return FileResult(file=path.name, status="crashed", reason=traceback.format_exc(limit=8))
+    writer = CanonicalWriter(schema)
+    vocab = compiler.vocab
+    for i, test in enumerate(tests):
+        valid = bool(test.get("valid"))
+        try:
+            with time_limit(timeout_s):
+                try:
+                    text = writer.dumps(test.get("data"))
+                    ids = vocab.encode(text)
+                except (ValueError, TypeError):
+                    ok = False  # no JSON spelling (NaN, ...): not an instance the grammar can produce
+                else:
+                    ok = feed(compiled.guide(), ids)
+        except _Timeout:
+            ok = False
+            res.failures.append(f"test {i}: timeout")
+        except Exception:
+            res.status = "crashed"
+            res.reason = traceback.format_exc(limit=8)
+            return res
+        if valid:
+            res.valid_total += 1
+            res.valid_accepted += ok
+        else:
+            res.invalid_total += 1
+            res.invalid_rejected += not ok
+        if ok != valid:
+            res.failures.append(f"test {i}: valid={valid} accepted={ok}")
+    return res
+
+
+def summarize(results: list[FileResult]) -> dict[str, Any]:
+    """The summary object of `tooldec check-schemas --json`."""
+    compiled = [r for r in results if r.status == "compiled"]
+    times = sorted(r.compile_ms for r in compiled if r.compile_ms is not None)
+
+    def pct(q: float) -> float | None:
+        if not times:
+            return None
+        return round(times[min(len(times) - 1, int(q * len(times)))], 3)
+
+    return {
+        "files": len(results),
+        "compiled": len(compiled),
+        "unsupported": sum(r.status == "unsupported" for r in results),
+        "crashed": sum(r.status == "crashed" for r in results),
+        "valid_total": sum(r.valid_total for r in compiled),
+        "valid_accepted": sum(r.valid_accepted for r in compiled),
+        "invalid_total": sum(r.invalid_total for r in compiled),
+        "invalid_rejected": sum(r.invalid_rejected for r in compiled),
+        "compile_ms_median": round(statistics.median(times), 3) if times else None,
+        "compile_ms_p95": pct(0.95),
+    }
+
+
+def result_line(r: FileResult) -> dict[str, Any]:
+    """One per-file JSON line for --verbose."""
+    d = asdict(r)
+    d["failures"] = d["failures"][:5]
+    return d

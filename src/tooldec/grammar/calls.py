@@ -1,0 +1,150 @@
+"""Call formats: the grammar of a whole tool call over a tool set, and the parser that reads one back.
+
+A format is a function from one tool to the IR of a call of it; the tool set's grammar is the alternation
+over tools (the DFA turns the shared prefixes of tool names into a trie) wrapped in the format's prefix and
+suffix. New formats compose existing ones: `Wrapped(JsonCall(), "<tool_call>\\n", "\\n</tool_call>")`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol
+
+from tooldec.errors import ToolDecError, ToolSpecError
+from tooldec.grammar.ir import Fields, Node, alt, lit, seq
+from tooldec.grammar.schema import SchemaCompiler
+from tooldec.grammar.syntax import JSON, PYTHON
+from tooldec.specs import ToolSpec
+
+_PY_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    """A tool call read back from generated text."""
+
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+class CallParseError(ToolDecError, ValueError):
+    """Text that is not a complete call in the expected format."""
+
+
+class CallFormat(Protocol):
+    """How one tool is called, and how a call is read back."""
+
+    name: str
+
+    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
+        """IR of every valid call of `tool`."""
+        ...
+
+    def parse(self, text: str) -> ParsedCall:
+        """The call written in `text`; raises CallParseError."""
+        ...
+
+
+@dataclass(frozen=True)
+class JsonCall:
+    """`{"name": "<tool>", "arguments": {...}}` with canonical JSON whitespace."""
+
+    name: str = "json"
+    name_key: str = "name"
+    arguments_key: str = "arguments"
+
+    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
+        """IR of every valid call of `tool`."""
+        args = SchemaCompiler(tool.parameters, syntax=JSON, tool=tool.name, max_ref_depth=max_ref_depth)
+        head = "{" + json.dumps(self.name_key) + ": " + json.dumps(tool.name) + ", "
+        return seq(lit(head + json.dumps(self.arguments_key) + ": "), args.value(path="#/parameters"), lit("}"))
+
+    def parse(self, text: str) -> ParsedCall:
+        """The call written in `text`; raises CallParseError."""
+        try:
+            obj = json.loads(text)
+            return ParsedCall(obj[self.name_key], obj[self.arguments_key])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CallParseError(f"not a JSON call: {text!r}") from exc
+
+
+@dataclass(frozen=True)
+class PythonCall:
+    """`tool(a=1, b="x")`: keyword arguments in parameter order, Python literals."""
+
+    name: str = "python"
+
+    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
+        """IR of every valid call of `tool`."""
+        comp = SchemaCompiler(tool.parameters, syntax=PYTHON, tool=tool.name, max_ref_depth=max_ref_depth)
+        props = tool.parameters.get("properties", {})
+        required = set(tool.parameters.get("required", []))
+        fields = []
+        for pname, sub in props.items():
+            path = f"#/parameters/properties/{pname}"
+            if not _PY_IDENT.match(pname):
+                raise ToolSpecError(
+                    f"parameter {pname!r} is not a Python identifier; use the json format", tool=tool.name, path=path
+                )
+            value = comp.value(sub, path)
+            fields.append((seq(lit(pname + "="), value), pname in required))
+        return seq(lit(tool.name + "("), Fields(tuple(fields), lit(", ")), lit(")"))
+
+    def parse(self, text: str) -> ParsedCall:
+        """The call written in `text`; raises CallParseError."""
+        name, paren, rest = text.partition("(")
+        if not paren:
+            raise CallParseError(f"not a Python call: {text!r}")
+        try:
+            node = ast.parse("f(" + rest, mode="eval").body
+            if not isinstance(node, ast.Call) or node.args:
+                raise CallParseError(f"not a keyword-argument call: {text!r}")
+            args = {kw.arg: ast.literal_eval(kw.value) for kw in node.keywords if kw.arg is not None}
+        except (SyntaxError, ValueError) as exc:
+            raise CallParseError(f"not a Python call: {text!r}") from exc
+        return ParsedCall(name.strip(), args)
+
+
+@dataclass(frozen=True)
+class Wrapped:
+    """Another format between fixed text, e.g. Hermes/Qwen `<tool_call>\\n{...}\\n</tool_call>`."""
+
+    inner: CallFormat
+    prefix: str
+    suffix: str
+    name: str = "wrapped"
+
+    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
+        """IR of every valid call of `tool`."""
+        return seq(lit(self.prefix), self.inner.call(tool, max_ref_depth=max_ref_depth), lit(self.suffix))
+
+    def parse(self, text: str) -> ParsedCall:
+        """The call written in `text`; raises CallParseError."""
+        if not (text.startswith(self.prefix) and text.endswith(self.suffix)):
+            raise CallParseError(f"call not between {self.prefix!r} and {self.suffix!r}: {text!r}")
+        return self.inner.parse(text[len(self.prefix) : len(text) - len(self.suffix)])
+
+
+FORMATS: dict[str, CallFormat] = {
+    "json": JsonCall(),
+    "python": PythonCall(),
+    "hermes": Wrapped(JsonCall(), "<tool_call>\n", "\n</tool_call>", name="hermes"),
+}
+
+
+def get_format(name: str | CallFormat) -> CallFormat:
+    """A format by name ('json', 'python', 'hermes') or the format itself."""
+    if not isinstance(name, str):
+        return name
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ToolDecError(f"unknown call format {name!r}; known: {', '.join(FORMATS)}") from None
+
+
+def tools_grammar(tools: Iterable[ToolSpec], fmt: CallFormat, *, max_ref_depth: int = 3) -> Node:
+    """IR of a call of any one of the tools."""
+    return alt(*(fmt.call(t, max_ref_depth=max_ref_depth) for t in tools))

@@ -1,0 +1,106 @@
+"""The canonical spelling of a value under a schema: the whitespace and key order the grammar generates.
+
+Keys follow the order in which the schema compiler lays out properties (own `properties`, then those merged in
+from `$ref` siblings, `allOf` parts and the `anyOf`/`oneOf` branch the value matches); other keys follow in
+the value's own order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema.validators import validator_for
+
+from tooldec.grammar.syntax import JSON, ValueSyntax
+
+
+class CanonicalWriter:
+    """Writes values of one root schema document canonically."""
+
+    def __init__(self, root: Any, syntax: ValueSyntax = JSON) -> None:
+        self.root = root
+        self.syntax = syntax
+        cls = validator_for(root if isinstance(root, dict) else {})
+        self._validator = cls(root if isinstance(root, (dict, bool)) else {})
+
+    def dumps(self, value: Any, schema: Any = None) -> str:
+        """The canonical text of `value` (validated against `schema`, default the root, only to pick orders)."""
+        return self._dump(value, self.root if schema is None else schema, 0)
+
+    def _resolve(self, schema: Any) -> Any:
+        for _ in range(16):
+            if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
+                return schema
+            ref = schema["$ref"]
+            if not ref.startswith("#"):
+                return schema
+            node: Any = self.root
+            for raw in ref[1:].split("/")[1:]:
+                part = raw.replace("~1", "/").replace("~0", "~")
+                if isinstance(node, dict) and part in node:
+                    node = node[part]
+                elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                    node = node[int(part)]
+                else:
+                    return {}
+            siblings = {k: v for k, v in schema.items() if k != "$ref"}
+            if siblings and isinstance(node, dict):
+                node = {**node, "allOf": [siblings]} if "allOf" not in node else node
+            schema = node
+        return schema
+
+    def _valid(self, value: Any, schema: Any) -> bool:
+        try:
+            return bool(self._validator.evolve(schema=schema).is_valid(value))
+        except Exception:  # a malformed subschema only makes it a poor guide for the order
+            return False
+
+    def _layout(self, value: Any, schema: Any, depth: int) -> list[tuple[str, Any]]:
+        """Declared property names with their subschemas, in grammar order."""
+        schema = self._resolve(schema)
+        if not isinstance(schema, dict) or depth > 32:
+            return []
+        out: list[tuple[str, Any]] = []
+        props = schema.get("properties")
+        if isinstance(props, dict):
+            out.extend(props.items())
+        for part in schema.get("allOf", []) or []:
+            out.extend(self._layout(value, part, depth + 1))
+        for key in ("anyOf", "oneOf"):
+            for branch in schema.get(key, []) or []:
+                if self._valid(value, branch):
+                    out.extend(self._layout(value, branch, depth + 1))
+                    break
+        return out
+
+    def _items_schema(self, schema: Any, i: int) -> Any:
+        schema = self._resolve(schema)
+        if not isinstance(schema, dict):
+            return True
+        prefix = schema.get("prefixItems")
+        items = schema.get("items", True)
+        if isinstance(items, list):
+            prefix, items = items, True
+        if isinstance(prefix, list) and i < len(prefix):
+            return prefix[i]
+        return items
+
+    def _dump(self, value: Any, schema: Any, depth: int) -> str:
+        syn = self.syntax
+        if isinstance(value, dict):
+            layout = self._layout(value, schema, 0)
+            seen: dict[str, Any] = {}
+            for name, sub in layout:
+                seen.setdefault(name, sub)
+            resolved = self._resolve(schema)
+            extra = resolved.get("additionalProperties", True) if isinstance(resolved, dict) else True
+            keys = [k for k in seen if k in value] + [k for k in value if k not in seen]
+            parts = [
+                syn.dumps(str(k)) + syn.key_sep + self._dump(value[k], seen.get(k, extra), depth + 1) for k in keys
+            ]
+            return "{" + syn.item_sep.join(parts) + "}"
+        if isinstance(value, list):
+            return "[" + syn.item_sep.join(
+                self._dump(v, self._items_schema(schema, i), depth + 1) for i, v in enumerate(value)
+            ) + "]"
+        return syn.dumps(value)

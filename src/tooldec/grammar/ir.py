@@ -1,0 +1,149 @@
+"""The grammar IR: a small regular-expression algebra over bytes that every schema and call format compiles to.
+
+Nodes are immutable and hashable. The automaton layer turns a node into a byte-level DFA; nothing here knows
+about automata or tokenizers. Byte sets are Python ints used as 256-bit masks (bit b set = byte b allowed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Union
+
+ALL_BYTES = (1 << 256) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Bytes:
+    """Exactly one byte from a set (a 256-bit mask)."""
+
+    mask: int
+
+
+@dataclass(frozen=True, slots=True)
+class Seq:
+    """Each item in turn; the empty sequence matches the empty string."""
+
+    items: tuple["Node", ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Alt:
+    """Any one of the items; the empty alternation matches nothing."""
+
+    items: tuple["Node", ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    """`item` between `min` and `max` times (None = unbounded), with `sep` between consecutive items."""
+
+    item: "Node"
+    min: int = 0
+    max: int | None = None
+    sep: "Node | None" = None
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    """An ordered subsequence of `items` (node, required) holding every required one, `sep` between them.
+
+    This is how object properties and keyword arguments are emitted in a fixed order with optional ones
+    skippable, without copying any value machine.
+    """
+
+    items: tuple[tuple["Node", bool], ...]
+    sep: "Node"
+
+
+@dataclass(frozen=True, slots=True)
+class Intersect:
+    """Strings matched by every item (the automaton builds it as a product of DFAs)."""
+
+    items: tuple["Node", ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """Strings matched by `left` and not by `right`."""
+
+    left: "Node"
+    right: "Node"
+
+
+Node = Union[Bytes, Seq, Alt, Repeat, Fields, Intersect, Difference]
+
+EMPTY: Node = Seq(())
+NOTHING: Node = Alt(())
+
+
+def byte_mask(values: Iterable[int]) -> int:
+    """The mask of a collection of byte values."""
+    m = 0
+    for v in values:
+        m |= 1 << v
+    return m
+
+
+def byte_range(lo: int, hi: int) -> Bytes:
+    """One byte in [lo, hi]."""
+    return Bytes(((1 << (hi + 1)) - 1) ^ ((1 << lo) - 1))
+
+
+def one_of_bytes(chars: bytes | str) -> Bytes:
+    """One of the given (ASCII) bytes."""
+    data = chars.encode() if isinstance(chars, str) else chars
+    return Bytes(byte_mask(data))
+
+
+def lit(text: bytes | str) -> Node:
+    """Exactly this byte string (a str is encoded as UTF-8)."""
+    data = text.encode() if isinstance(text, str) else text
+    if len(data) == 1:
+        return Bytes(1 << data[0])
+    return Seq(tuple(Bytes(1 << b) for b in data))
+
+
+def seq(*items: Node) -> Node:
+    """Concatenation, flattening nested sequences; NOTHING anywhere makes the whole NOTHING."""
+    flat: list[Node] = []
+    for it in items:
+        if it == NOTHING:
+            return NOTHING
+        if isinstance(it, Seq):
+            flat.extend(it.items)
+        else:
+            flat.append(it)
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+
+
+def alt(*items: Node) -> Node:
+    """Alternation, flattening nested alternations and dropping NOTHING and duplicates."""
+    flat: list[Node] = []
+    seen: set[Node] = set()
+    for it in items:
+        parts = it.items if isinstance(it, Alt) else (it,)
+        for p in parts:
+            if p not in seen:
+                seen.add(p)
+                flat.append(p)
+    return flat[0] if len(flat) == 1 else Alt(tuple(flat))
+
+
+def opt(item: Node) -> Node:
+    """Zero or one `item`."""
+    return alt(item, EMPTY)
+
+
+def star(item: Node) -> Node:
+    """Zero or more `item`."""
+    return Repeat(item, 0, None)
+
+
+def plus(item: Node) -> Node:
+    """One or more `item`."""
+    return Repeat(item, 1, None)
+
+
+def literal_alternatives(options: Iterable[bytes]) -> Node:
+    """Exactly one of the byte strings; the DFA makes it a trie."""
+    return alt(*(lit(o) for o in options))

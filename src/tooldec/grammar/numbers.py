@@ -1,0 +1,111 @@
+"""Numbers as IR: JSON integers and decimals, with inclusive or exclusive bounds enforced digit by digit."""
+
+from __future__ import annotations
+
+from tooldec.grammar.ir import EMPTY, NOTHING, Node, Repeat, alt, byte_range, lit, one_of_bytes, opt, seq, star
+
+DIGIT = byte_range(0x30, 0x39)
+NONZERO = byte_range(0x31, 0x39)
+UNSIGNED = alt(lit("0"), seq(NONZERO, star(DIGIT)))
+FRACTION = seq(lit("."), Repeat(DIGIT, 1, None))
+NONZERO_FRACTION = seq(lit("."), star(DIGIT), NONZERO, star(DIGIT))
+ZERO_FRACTION = opt(seq(lit("."), Repeat(lit("0"), 1, None)))
+EXPONENT = seq(one_of_bytes("eE"), opt(one_of_bytes("+-")), Repeat(DIGIT, 1, None))
+
+
+def _digit_span(lo: int, hi: int) -> Node:
+    return byte_range(0x30 + lo, 0x30 + hi)
+
+
+def _same_length(lo: str, hi: str) -> Node:
+    """Decimal strings of len(lo) == len(hi) digits between lo and hi inclusive (leading zeros allowed)."""
+    if not lo:
+        return EMPTY
+    k = len(lo) - 1
+    a, b = int(lo[0]), int(hi[0])
+    if a == b:
+        return seq(lit(lo[0]), _same_length(lo[1:], hi[1:]))
+    if lo[1:] == "0" * k and hi[1:] == "9" * k:
+        return seq(_digit_span(a, b), Repeat(DIGIT, k, k))
+    parts = [seq(lit(lo[0]), _same_length(lo[1:], "9" * k))]
+    if b - a > 1:
+        parts.append(seq(_digit_span(a + 1, b - 1), Repeat(DIGIT, k, k)))
+    parts.append(seq(lit(hi[0]), _same_length("0" * k, hi[1:])))
+    return alt(*parts)
+
+
+def natural_range(lo: int, hi: int | None) -> Node:
+    """Non-negative integers in [lo, hi] (hi None = unbounded) without leading zeros."""
+    if lo < 0:
+        raise ValueError("natural_range needs lo >= 0")
+    if hi is not None and hi < lo:
+        return NOTHING
+    parts: list[Node] = []
+    if lo == 0:
+        parts.append(lit("0"))
+        lo = 1
+        if hi == 0:
+            return parts[0]
+    n_lo = len(str(lo))
+    n_hi = len(str(hi)) if hi is not None else n_lo
+    for n in range(n_lo, n_hi + 1):
+        a = max(lo, 10 ** (n - 1))
+        b = 10**n - 1 if hi is None else min(hi, 10**n - 1)
+        if a <= b:
+            parts.append(_same_length(str(a), str(b)))
+    if hi is None:
+        parts.append(seq(NONZERO, Repeat(DIGIT, n_lo, None)))
+    return alt(*parts)
+
+
+def integer_range(lo: int | None, hi: int | None) -> Node:
+    """JSON integers in [lo, hi] (None = unbounded on that side); never `-0`."""
+    if lo is not None and hi is not None and hi < lo:
+        return NOTHING
+    parts: list[Node] = []
+    if hi is None or hi >= 0:
+        parts.append(natural_range(max(lo, 0) if lo is not None else 0, hi))
+    if lo is None or lo < 0:
+        mag_lo = 1 if (hi is None or hi >= 0) else -hi
+        mag_hi = None if lo is None else -lo
+        parts.append(seq(lit("-"), natural_range(mag_lo, mag_hi)))
+    return alt(*parts)
+
+
+def _magnitude(lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool) -> Node:
+    """Unsigned decimals `I(.F)?` whose value m satisfies lo <(=) m <(=) hi, for integral bounds >= 0."""
+    lo_i = 0 if lo is None else (lo if lo_incl else lo + 1)
+    parts: list[Node] = []
+    any_frac_hi = None if hi is None else hi - 1
+    if any_frac_hi is None or any_frac_hi >= lo_i:
+        parts.append(seq(natural_range(lo_i, any_frac_hi), opt(FRACTION)))
+    if hi is not None and hi_incl and hi >= lo_i:
+        parts.append(seq(natural_range(hi, hi), ZERO_FRACTION))
+    if lo is not None and not lo_incl and (hi is None or lo < hi):
+        parts.append(seq(natural_range(lo, lo), NONZERO_FRACTION))
+    return alt(*parts)
+
+
+def number_range(lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool) -> Node:
+    """JSON numbers (no exponent) between integral bounds; unbounded numbers take `any_number()` instead."""
+    parts: list[Node] = []
+    if hi is None or hi > 0 or (hi == 0 and hi_incl):
+        if lo is None or lo < 0:
+            pos_lo, pos_incl = 0, True
+        else:
+            pos_lo, pos_incl = lo, lo_incl
+        parts.append(_magnitude(pos_lo, pos_incl, hi, hi_incl))
+    if lo is None or lo < 0:
+        # x = -m with m > 0; x >= lo  <=>  m <= -lo;  x <= hi  <=>  m >= -hi
+        if hi is None or hi >= 0:
+            m_lo, m_incl = 0, False
+        else:
+            m_lo, m_incl = -hi, hi_incl
+        m_hi = None if lo is None else -lo
+        parts.append(seq(lit("-"), _magnitude(m_lo, m_incl, m_hi, lo_incl)))
+    return alt(*parts)
+
+
+def any_number() -> Node:
+    """Every JSON number."""
+    return seq(opt(lit("-")), UNSIGNED, opt(FRACTION), opt(EXPONENT))

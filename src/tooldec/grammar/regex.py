@@ -1,0 +1,280 @@
+"""JSON Schema `pattern` (ECMA-262 regex, search semantics) and `format` values as IR over canonical JSON.
+
+The stdlib parser gives the syntax tree; where ECMA and Python read a construct differently, the IR takes
+the strings both readings accept (`\\d` is ASCII only, `.` excludes every ECMA line terminator, `$` is the
+end of the string), so whatever it admits passes Python's `jsonschema` and an ECMA validator alike.
+Constructs whose readings diverge in ways that cannot be reconciled are refused, never approximated.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from functools import cache, lru_cache
+from re import _constants as C  # type: ignore[attr-defined]
+from re import _parser  # type: ignore[attr-defined]
+
+from tooldec.errors import UnsupportedSchemaError
+from tooldec.grammar.ir import EMPTY, Bytes, Node, Repeat, alt, seq, star
+from tooldec.grammar.strings import (
+    MAX_CODEPOINT,
+    Ranges,
+    codepoints_ir,
+    complement_ranges,
+    intersect_ranges,
+    normalize_ranges,
+)
+
+MAX_LEAVES = 20_000
+
+_ECMA_SPACE: Ranges = ((0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A),
+                       (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000),
+                       (0xFEFF, 0xFEFF))
+_ECMA_DOT = complement_ranges(((0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)))
+_ASCII_DIGIT: Ranges = ((0x30, 0x39),)
+_ASCII_WORD: Ranges = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
+
+_BEGIN = (C.AT_BEGINNING, C.AT_BEGINNING_STRING)
+_END = (C.AT_END, C.AT_END_STRING)
+_REFUSED_OPS = {
+    C.GROUPREF: "backreferences",
+    C.GROUPREF_EXISTS: "conditional groups",
+    C.ASSERT: "lookaround assertions",
+    C.ASSERT_NOT: "lookaround assertions",
+    C.ATOMIC_GROUP: "atomic groups (not ECMA-262)",
+    C.POSSESSIVE_REPEAT: "possessive quantifiers (not ECMA-262)",
+}
+# Escapes Python reads specially but ECMA reads as the bare letter (or rejects).
+_PYTHON_ONLY_ESCAPES = {"a": "\\a (bell)", "U": "\\U", "N": "\\N{...}"}
+
+
+class _Refused(Exception):
+    """A pattern construct that cannot be enforced soundly; carries the detail for the schema error."""
+
+
+def _python_class(test: str) -> Ranges:
+    """The code points for which the named `str` predicate holds: what Python's `re` uses for `\\d\\w\\s`."""
+    pred = getattr(str, test)
+    out: list[tuple[int, int]] = []
+    for cp in range(MAX_CODEPOINT + 1):
+        if pred(chr(cp)):
+            if out and out[-1][1] == cp - 1:
+                out[-1] = (out[-1][0], cp)
+            else:
+                out.append((cp, cp))
+    return tuple(out)
+
+
+@cache
+def _category_bounds(category: object) -> tuple[Ranges, Ranges]:
+    """(lower, upper) for a class escape: the code points in it under both readings / under either one."""
+    if category in (C.CATEGORY_DIGIT, C.CATEGORY_NOT_DIGIT):
+        lower, upper = _ASCII_DIGIT, normalize_ranges(_python_class("isdecimal") + _ASCII_DIGIT)
+    elif category in (C.CATEGORY_WORD, C.CATEGORY_NOT_WORD):
+        lower, upper = _ASCII_WORD, normalize_ranges(_python_class("isalnum") + _ASCII_WORD)
+    elif category in (C.CATEGORY_SPACE, C.CATEGORY_NOT_SPACE):
+        py_space = _python_class("isspace")
+        lower, upper = intersect_ranges(_ECMA_SPACE, py_space), normalize_ranges(_ECMA_SPACE + py_space)
+    else:
+        raise _Refused(f"class escape {category}")
+    if category in (C.CATEGORY_NOT_DIGIT, C.CATEGORY_NOT_WORD, C.CATEGORY_NOT_SPACE):
+        return complement_ranges(upper), complement_ranges(lower)
+    return lower, upper
+
+
+def _class_ranges(items: list[tuple[object, object]]) -> Ranges:
+    """The code points a `[...]` class surely matches: negated classes exclude anything either reading has."""
+    negate = bool(items) and items[0][0] is C.NEGATE
+    ranges: list[tuple[int, int]] = []
+    for op, av in items[1:] if negate else items:
+        if op is C.LITERAL:
+            ranges.append((av, av))  # type: ignore[arg-type]
+        elif op is C.RANGE:
+            ranges.append(av)  # type: ignore[arg-type]
+        elif op is C.CATEGORY:
+            ranges.extend(_category_bounds(av)[1 if negate else 0])
+        else:
+            raise _Refused(f"class item {op}")
+    return complement_ranges(ranges) if negate else normalize_ranges(ranges)
+
+
+def _ecma_to_python(pattern: str) -> str:
+    """Rewrite ECMA-only syntax for Python's parser; refuse syntax the two languages read differently."""
+    out: list[str] = []
+    i, n, in_class = 0, len(pattern), False
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            if pattern[i + 1] in _PYTHON_ONLY_ESCAPES:
+                raise _Refused(f"escape {_PYTHON_ONLY_ESCAPES[pattern[i + 1]]} means different things in ECMA")
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            start = i + 2 if pattern.startswith("[^", i) else i + 1
+            if pattern.startswith("]", start):
+                raise _Refused("a class starting with ']' ([] or [^]) means different things in ECMA")
+            out.append(pattern[i:start])
+            i, in_class = start, True
+            continue
+        elif pattern.startswith("(?<", i) and not pattern.startswith(("(?<=", "(?<!"), i):
+            out.append("(?P<")
+            i += 3
+            continue
+        elif pattern.startswith("{,", i):
+            raise _Refused("'{,n}' is a literal in ECMA but a quantifier in Python")
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+class _Converter:
+    """Turns a parsed pattern into IR; `before`/`after` say whether a piece starts/ends the whole pattern.
+
+    At the pattern's edges True means "unanchored here, so any text may precede/follow", False means
+    "anchored"; None marks an interior piece, where an anchor is refused.
+    """
+
+    def __init__(self) -> None:
+        self.any_star = star(codepoints_ir(((0, MAX_CODEPOINT),)))
+
+    def sequence(self, items: list[tuple[object, object]], before: bool | None, after: bool | None) -> Node:
+        """A concatenation, consuming anchors that sit at the pattern's edges."""
+        items = list(items)
+        while items and items[0][0] is C.AT and items[0][1] in _BEGIN and before is not None:
+            before = False
+            items.pop(0)
+        while items and items[-1][0] is C.AT and items[-1][1] in _END and after is not None:
+            after = False
+            items.pop()
+        if not items:
+            return self.any_star if before or after else EMPTY
+        last = len(items) - 1
+        return seq(*(self.item(op, av, before if i == 0 else None, after if i == last else None)
+                     for i, (op, av) in enumerate(items)))
+
+    def item(self, op: object, av: object, before: bool | None, after: bool | None) -> Node:
+        """One parsed element; groups and alternations pass the edge context into their contents."""
+        if op is C.SUBPATTERN:
+            _group, add_flags, del_flags, sub = av  # type: ignore[misc]
+            if add_flags or del_flags:
+                raise _Refused("inline flags")
+            return self.sequence(sub, before, after)
+        if op is C.BRANCH:
+            return alt(*(self.sequence(b, before, after) for b in av[1]))  # type: ignore[index]
+        return seq(self.any_star if before else EMPTY, self.atom(op, av), self.any_star if after else EMPTY)
+
+    def atom(self, op: object, av: object) -> Node:
+        """An element that is neither a group nor an alternation."""
+        if op is C.LITERAL:
+            return codepoints_ir(((av, av),))  # type: ignore[arg-type]
+        if op is C.NOT_LITERAL:
+            return codepoints_ir(complement_ranges(((av, av),)))  # type: ignore[arg-type]
+        if op is C.ANY:
+            return codepoints_ir(_ECMA_DOT)
+        if op is C.IN:
+            return codepoints_ir(_class_ranges(av))  # type: ignore[arg-type]
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT):
+            lo, hi, sub = av  # type: ignore[misc]
+            if hi == 0:
+                return EMPTY
+            body = self.sequence(sub, None, None)
+            return body if lo == hi == 1 else Repeat(body, lo, None if hi == C.MAXREPEAT else hi)
+        if op is C.AT:
+            if av in (C.AT_BOUNDARY, C.AT_NON_BOUNDARY):
+                raise _Refused("word boundaries (\\b, \\B)")
+            raise _Refused("an anchor that is not at the start or end of the pattern")
+        raise _Refused(_REFUSED_OPS.get(op, f"construct {op}"))
+
+
+def _leaves(node: Node, memo: dict[int, int]) -> int:
+    """How many byte leaves `node` has once bounded repeats are unrolled (the automaton's cost)."""
+    key = id(node)
+    if key not in memo:
+        if isinstance(node, Bytes):
+            size = 1
+        elif isinstance(node, Repeat):
+            copies = max(node.min, 1) if node.max is None else node.max
+            sep = _leaves(node.sep, memo) if node.sep is not None else 0
+            size = copies * _leaves(node.item, memo) + max(copies - 1, 0) * sep
+        else:
+            size = sum(_leaves(it, memo) for it in node.items)  # type: ignore[arg-type]
+        memo[key] = size
+    return memo[key]
+
+
+@lru_cache(maxsize=512)
+def _pattern_ir(pattern: str) -> Node:
+    """Cached body of `pattern_ir`; raises `_Refused`."""
+    source = _ecma_to_python(pattern)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = _parser.parse(source)
+    except re.error as exc:
+        raise _Refused(f"not a regex Python can parse ({exc})") from None
+    if tree.state.flags & ~C.SRE_FLAG_UNICODE:
+        raise _Refused("inline flags")
+    node = _Converter().sequence(list(tree), True, True)
+    size = _leaves(node, {})
+    if size > MAX_LEAVES:
+        raise _Refused(f"bounded repeats expand to {size} byte leaves (limit {MAX_LEAVES})")
+    return node
+
+
+def pattern_ir(pattern: str, *, path: str = "#") -> Node:
+    """The canonical JSON string bodies of the strings in which the ECMA-262 `pattern` finds a match."""
+    try:
+        return _pattern_ir(pattern)
+    except _Refused as exc:
+        raise UnsupportedSchemaError("pattern", path=path, detail=f"{pattern!r}: {exc}") from None
+
+
+_YEAR = r"(?:000[1-9]|00[1-9][0-9]|0[1-9][0-9]{2}|[1-9][0-9]{3})"
+_LEAP_YEAR = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)"
+_MONTH_DAY = (r"(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+              r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
+              r"|02-(?:0[1-9]|1[0-9]|2[0-8]))")
+_DATE = rf"(?:{_YEAR}-{_MONTH_DAY}|{_LEAP_YEAR}-02-29)"
+_HOUR = r"(?:[01][0-9]|2[0-3])"
+_TIME = rf"{_HOUR}:[0-5][0-9]:[0-5][0-9](?:\.[0-9]+)?(?:Z|[+-]{_HOUR}:[0-5][0-9])"
+_LABEL63 = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_LABEL30 = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,28}[A-Za-z0-9])?"
+_HEX = r"[0-9A-Fa-f]"
+_H16 = rf"{_HEX}{{1,4}}"
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_PCT = rf"%{_HEX}{{2}}"
+_PCHAR = rf"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|{_PCT})"
+_URI_AUTHORITY = rf"(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|{_PCT})*@)?(?:[A-Za-z0-9._~!$&'()*+,;=-]|{_PCT})*(?::[0-9]*)?"
+_URI_PATH = rf"(?://{_URI_AUTHORITY}(?:/{_PCHAR}*)*|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_PCHAR}+(?:/{_PCHAR}*)*)?"
+_URI_TAIL = rf"(?:{_PCHAR}|[/?])*"
+
+_FORMATS = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": rf"{_DATE}T{_TIME}",
+    "email": r"[A-Za-z0-9_%+-]+(?:\.[A-Za-z0-9_%+-]+)*@" + rf"{_LABEL63}(?:\.{_LABEL63})+",
+    "uri": rf"[A-Za-z][A-Za-z0-9+.-]*:{_URI_PATH}(?:\?{_URI_TAIL})?(?:#{_URI_TAIL})?",
+    "uuid": rf"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}",
+    "ipv4": rf"{_OCTET}(?:\.{_OCTET}){{3}}",
+    "ipv6": "|".join((
+        rf"(?:{_H16}:){{7}}{_H16}",
+        rf"(?:{_H16}:){{1,7}}:",
+        rf"(?:{_H16}:){{1,6}}:{_H16}",
+        *(rf"(?:{_H16}:){{1,{k}}}(?::{_H16}){{1,{7 - k}}}" for k in (5, 4, 3, 2)),
+        rf"{_H16}:(?::{_H16}){{1,6}}",
+        rf":(?:(?::{_H16}){{1,7}}|:)",
+    )),
+    # At most 63 + 6 * 31 = 249 characters, inside the 253 that DNS allows.
+    "hostname": rf"{_LABEL63}(?:\.{_LABEL30}){{0,6}}",
+    "byte": r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?",
+}
+
+
+def format_ir(fmt: str, *, path: str = "#") -> Node:
+    """Canonical JSON string bodies of values of a JSON Schema `format`, a subset that validators accept."""
+    if fmt not in _FORMATS:
+        raise UnsupportedSchemaError("format", path=path, detail=fmt)
+    return pattern_ir(f"^(?:{_FORMATS[fmt]})$", path=path)

@@ -1,0 +1,110 @@
+"""The guide: the per-sequence runtime over a token index (current state, mask, advance, result).
+
+Mask and advance never scan the vocabulary: a mask is the cached entry of the current state; advancing walks
+the bytes of one token through the DFA. Rollback and fork support jump-forward and beam search.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from tooldec.automaton.dfa import DEAD
+from tooldec.errors import TokenRejectedError
+from tooldec.index.token_index import FINAL, TokenIndex
+
+
+class Guide:
+    """One sequence's position in a tool-call grammar."""
+
+    def __init__(self, index: TokenIndex, parse: Callable[[str], Any] | None = None) -> None:
+        self.index = index
+        self._parse = parse
+        self._states: list[int] = [index.start]
+        self._tokens: list[int] = []
+
+    @property
+    def state(self) -> int:
+        """The current automaton state (FINAL once EOS was accepted)."""
+        return self._states[-1]
+
+    @property
+    def tokens(self) -> list[int]:
+        """Token ids accepted so far (EOS included)."""
+        return list(self._tokens)
+
+    def is_accepting(self) -> bool:
+        """Whether the text so far is a complete call, so EOS may come now."""
+        return self.index.is_accepting(self.state)
+
+    def is_finished(self) -> bool:
+        """Whether EOS was accepted, or nothing but EOS can follow."""
+        s = self.state
+        if s == FINAL:
+            return True
+        return self.is_accepting() and not bool(self.index.dfa.trans[s].any())
+
+    def allowed_token_ids(self) -> np.ndarray:
+        """Sorted ids of the tokens allowed next."""
+        return self.index.allowed_ids(self.state)
+
+    def bitmask(self) -> np.ndarray:
+        """Allowed tokens packed as `int32[ceil(V/32)]`, bit `t & 31` of word `t >> 5` (read-only)."""
+        return self.index.bitmask(self.state)
+
+    def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
+        """Write the packed mask into row `row` of an `int32[batch, ceil(V/32)]` array."""
+        out[row, :] = self.index.bitmask(self.state)
+
+    def bool_mask(self, size: int | None = None) -> np.ndarray:
+        """Allowed tokens as `bool[size]` (default: the vocabulary size), ready to index logits."""
+        n = self.index.vocab.size if size is None else size
+        mask = np.zeros(n, dtype=bool)
+        ids = self.allowed_token_ids()
+        mask[ids[ids < n]] = True
+        return mask
+
+    def accepts(self, token_id: int) -> bool:
+        """Whether `token_id` is allowed now."""
+        return self.index.next_state(self.state, token_id) != DEAD
+
+    def advance(self, token_id: int) -> int:
+        """Consume one token and return the new state; raises TokenRejectedError if it is not allowed."""
+        nxt = self.index.next_state(self.state, token_id)
+        if nxt == DEAD:
+            tb = self.index.vocab.token_bytes
+            text = tb[token_id] if 0 <= token_id < len(tb) else None
+            raise TokenRejectedError(token_id, self.state, text)
+        self._states.append(nxt)
+        self._tokens.append(token_id)
+        return nxt
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last `n` tokens."""
+        if n < 0 or n > len(self._tokens):
+            raise ValueError(f"cannot roll back {n} tokens of {len(self._tokens)}")
+        if n:
+            del self._states[-n:]
+            del self._tokens[-n:]
+
+    def fork(self) -> "Guide":
+        """An independent copy at the same position."""
+        g = Guide(self.index, self._parse)
+        g._states = list(self._states)
+        g._tokens = list(self._tokens)
+        return g
+
+    def text(self) -> str:
+        """The text generated so far (EOS excluded)."""
+        tb = self.index.vocab.token_bytes
+        eos = self.index.vocab.eos_ids
+        return b"".join(tb[t] or b"" for t in self._tokens if t not in eos).decode("utf-8", errors="replace")
+
+    def result(self) -> Any:
+        """The parsed call; raises ValueError before the call is complete."""
+        if not (self.state == FINAL or self.is_accepting()):
+            raise ValueError("the call is not complete yet")
+        if self._parse is None:
+            return self.text()
+        return self._parse(self.text())

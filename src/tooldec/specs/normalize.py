@@ -1,0 +1,150 @@
+"""Bring tool parameter schemas into standard JSON Schema spelling, so later stages see one dialect only."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+from jsonschema.exceptions import SchemaError as _JsonSchemaError
+from jsonschema.validators import validator_for
+
+from tooldec.errors import SchemaError
+
+JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+
+# Spellings found in BFCL (Python, Java and JavaScript categories), matched case-insensitively after the
+# standard names; None means "any value" (the type keyword is dropped).
+_TYPE_ALIASES: dict[str, str | None] = {
+    "dict": "object",
+    "hashmap": "object",
+    "map": "object",
+    "float": "number",
+    "double": "number",
+    "long": "integer",
+    "int": "integer",
+    "str": "string",
+    "char": "string",
+    "bool": "boolean",
+    "tuple": "array",
+    "list": "array",
+    "arraylist": "array",
+    "any": None,
+    "": None,
+}
+
+SCHEMA_KEYS = frozenset(
+    {
+        "items",
+        "additionalProperties",
+        "additionalItems",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "contains",
+        "propertyNames",
+        "not",
+        "if",
+        "then",
+        "else",
+    }
+)
+SCHEMA_LIST_KEYS = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
+SCHEMA_MAP_KEYS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+def join_pointer(path: str, *keys: str | int) -> str:
+    """Extend a `#/...` JSON pointer by keys, escaping `~` and `/` as RFC 6901 requires."""
+    escaped = (str(k).replace("~", "~0").replace("/", "~1") for k in keys)
+    return "/".join([path, *escaped])
+
+
+def normalize_schema(schema: Any, *, tool: str | None = None, path: str = "#") -> dict[str, Any]:
+    """Return a deep copy of `schema` in standard JSON Schema spelling, or raise SchemaError where malformed."""
+    if not isinstance(schema, dict):
+        raise SchemaError(f"schema must be an object, not {type(schema).__name__}", tool=tool, path=path)
+    out = _normalize(schema, tool, path, modern="$schema" not in schema)
+    try:
+        validator_for(out).check_schema(out)
+    except _JsonSchemaError as err:
+        where = join_pointer(path, *err.absolute_path)
+        raise SchemaError(f"invalid JSON Schema: {err.message}", tool=tool, path=where) from err
+    return out
+
+
+def _normalize(schema: Any, tool: str | None, path: str, *, modern: bool) -> Any:
+    """Normalise one (sub)schema; booleans are valid schemas and pass through.
+
+    When `modern` (no `$schema` given, so draft 2020-12 applies), the older tuple form `items: [...]` with
+    `additionalItems` is rewritten as `prefixItems` with `items`.
+    """
+    if isinstance(schema, bool):
+        return schema
+    if not isinstance(schema, dict):
+        raise SchemaError(
+            f"subschema must be an object or boolean, not {type(schema).__name__}", tool=tool, path=path
+        )
+    tuple_form = modern and isinstance(schema.get("items"), list)
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        here = join_pointer(path, key)
+        if tuple_form and key in ("items", "additionalItems"):
+            key = "prefixItems" if key == "items" else "items"
+        if key == "type":
+            kind = _normalize_type(value, tool, here)
+            if kind is not None:
+                out[key] = kind
+        elif key in SCHEMA_MAP_KEYS:
+            if not isinstance(value, dict):
+                raise SchemaError(f"{key!r} must be an object", tool=tool, path=here)
+            out[key] = {
+                name: _normalize(sub, tool, join_pointer(here, name), modern=modern)
+                for name, sub in value.items()
+            }
+        elif key in SCHEMA_LIST_KEYS or (key == "items" and isinstance(value, list)):
+            if not isinstance(value, list):
+                raise SchemaError(f"{key!r} must be a list of schemas", tool=tool, path=here)
+            out[key] = [
+                _normalize(sub, tool, join_pointer(here, i), modern=modern) for i, sub in enumerate(value)
+            ]
+        elif key in SCHEMA_KEYS:
+            out[key] = _normalize(value, tool, here, modern=modern)
+        elif key == "required":
+            if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+                raise SchemaError("'required' must be a list of strings", tool=tool, path=here)
+            out[key] = list(value)
+        elif key == "enum":
+            if not isinstance(value, list):
+                raise SchemaError("'enum' must be a list", tool=tool, path=here)
+            out[key] = copy.deepcopy(value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _normalize_type(value: Any, tool: str | None, path: str) -> str | list[str] | None:
+    """Map a type spelling (or list of them) to standard names; None when any value is allowed."""
+    if isinstance(value, str):
+        return _standard_type(value, tool, path)
+    if isinstance(value, list) and value:
+        kinds = [_standard_type(v, tool, join_pointer(path, i)) for i, v in enumerate(value)]
+        if None in kinds:
+            return None
+        return _unique(k for k in kinds if k is not None)
+    raise SchemaError("'type' must be a type name or a non-empty list of them", tool=tool, path=path)
+
+
+def _standard_type(name: Any, tool: str | None, path: str) -> str | None:
+    """Map one type spelling to its JSON Schema name."""
+    if not isinstance(name, str):
+        raise SchemaError(f"type name must be a string, not {type(name).__name__}", tool=tool, path=path)
+    lowered = name.lower()
+    if lowered in JSON_TYPES:
+        return lowered
+    if lowered in _TYPE_ALIASES:
+        return _TYPE_ALIASES[lowered]
+    raise SchemaError(f"unknown type {name!r}", tool=tool, path=path)
+
+
+def _unique(items: Iterable[str]) -> list[str]:
+    """Drop repeats, keeping first occurrences in order."""
+    return list(dict.fromkeys(items))

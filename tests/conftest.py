@@ -1,0 +1,75 @@
+"""Shared fixtures: small real tokenizers (byte-level BPE and SentencePiece-style BPE) trained on tool-call text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+SPECIAL_TOKENS = ["</s>", "<|endoftext|>", "<tool_call>"]
+"""Special tokens of both fixtures: two EOS names and a tool-call marker."""
+
+CORPUS = [
+    '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}',
+    '{"name": "search", "arguments": {"query": "numbers 0123456789", "limit": 10}}',
+    '{"name": "add", "arguments": {"a": 12, "b": 345, "c": -6.78e9}}',
+    '{"name": "send", "arguments": {"to": "zoë@example.com", "body": "Grüße aus Köln, 東京"}}',
+    '[{"id": 1, "ok": true}, {"id": 2, "ok": false}, {"id": 3, "ok": null}]',
+    "The quick brown fox jumps over the lazy dog.\nLine two\twith a tab.",
+    "hello world, hello there; numbers 2024 and 31415926",
+]
+"""Inline training text, repeated so that merges like `",` `"}` and digit pairs form."""
+
+
+def _corpus() -> list[str]:
+    """The training corpus, repeated enough for frequent pairs to win merges."""
+    return CORPUS * 20
+
+
+@pytest.fixture(scope="session")
+def bytelevel_tokenizer() -> Tokenizer:
+    """A GPT-2-style byte-level BPE of a few hundred tokens with `</s>`, `<|endoftext|>`, `<tool_call>`."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=500,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus(), trainer)
+    return tok
+
+
+@pytest.fixture(scope="session")
+def sentencepiece_tokenizer() -> Tokenizer:
+    """A Llama/Mistral-style BPE: `▁` for spaces, `<0x00>`…`<0xFF>` byte fallback, `</s>` EOS, `<tool_call>`."""
+    metaspace = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    trainer_tok = Tokenizer(models.BPE())
+    trainer_tok.pre_tokenizer = metaspace
+    trainer_tok.train_from_iterator(
+        _corpus(), trainers.BpeTrainer(vocab_size=400, limit_alphabet=60, show_progress=False)
+    )
+    trained = json.loads(trainer_tok.to_str())["model"]
+    specials = ["<unk>", "<s>", *SPECIAL_TOKENS]
+    pieces = specials + [f"<0x{b:02X}>" for b in range(256)]
+    pieces += sorted(trained["vocab"], key=trained["vocab"].get)
+    merges = [
+        tuple(merge) if isinstance(merge, list) else tuple(merge.split(" ")) for merge in trained["merges"]
+    ]
+    model = models.BPE(
+        vocab={piece: i for i, piece in enumerate(pieces)},
+        merges=merges,
+        unk_token="<unk>",
+        fuse_unk=True,
+        byte_fallback=True,
+    )
+    tok = Tokenizer(model)
+    tok.pre_tokenizer = metaspace
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    tok.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in specials])
+    return tok
