@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tooldec.vocab import Vocabulary
+
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 SPECIAL_TOKENS = ["</s>", "<|endoftext|>", "<tool_call>"]
@@ -73,3 +78,25 @@ def sentencepiece_tokenizer() -> Tokenizer:
     )
     tok.add_special_tokens([AddedToken(token, special=True, normalized=False) for token in specials])
     return tok
+
+
+@pytest.fixture(scope="session")
+def bytelevel_vocab(bytelevel_tokenizer: Tokenizer) -> Vocabulary:
+    """The byte-level fixture as a tooldec Vocabulary."""
+    from tooldec.vocab import Vocabulary
+
+    return Vocabulary.from_tokenizers(bytelevel_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def sentencepiece_vocab(sentencepiece_tokenizer: Tokenizer) -> Vocabulary:
+    """The SentencePiece-style fixture as a tooldec Vocabulary."""
+    from tooldec.vocab import Vocabulary
+
+    return Vocabulary.from_tokenizers(sentencepiece_tokenizer)
+
+
+@pytest.fixture(scope="session", params=["bytelevel", "sentencepiece"])
+def vocab(request: pytest.FixtureRequest) -> Vocabulary:
+    """Each real tokenizer family in turn."""
+    return request.getfixturevalue(f"{request.param}_vocab")

@@ -6,7 +6,6 @@ import json
 import random
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -60,7 +59,7 @@ def check_schemas(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as one JSON object."),
     verbose: bool = typer.Option(False, "--verbose", help="Print one JSON line per file before the summary."),
     timeout: float = typer.Option(10.0, "--timeout", help="Seconds allowed per schema compile and per test."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Check only the first N files."),
+    limit: int | None = typer.Option(None, "--limit", help="Check only the first N files."),
 ) -> None:
     """Compile each schema as a single-value grammar and feed its test instances token by token."""
     from tooldec.compiler import Compiler

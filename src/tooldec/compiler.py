@@ -8,8 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from tooldec.automaton.dfa import DFA, compile_dfa
 from tooldec.grammar.calls import CallFormat, ParsedCall, get_format, tools_grammar

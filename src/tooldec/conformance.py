@@ -14,10 +14,11 @@ import signal
 import statistics
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tooldec.compiler import Compiler
 from tooldec.errors import ToolSpecError, UnsupportedSchemaError

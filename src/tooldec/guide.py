@@ -6,7 +6,8 @@ the bytes of one token through the DFA. Rollback and fork support jump-forward a
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class Guide:
             del self._states[-n:]
             del self._tokens[-n:]
 
-    def fork(self) -> "Guide":
+    def fork(self) -> Guide:
         """An independent copy at the same position."""
         g = Guide(self.index, self._parse)
         g._states = list(self._states)

@@ -6,8 +6,9 @@ alternatives can share their entry state and loops always get a fresh state of t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from tooldec.errors import UnsupportedSchemaError
 from tooldec.grammar.ir import Alt, Bytes, Difference, Fields, Intersect, Node, Repeat, Seq
@@ -39,7 +40,7 @@ class NFA:
 
 
 class _Builder:
-    def __init__(self, to_dfa: Callable[[Node], "DFA"]) -> None:
+    def __init__(self, to_dfa: Callable[[Node], DFA]) -> None:
         self.nfa = NFA()
         self.to_dfa = to_dfa
 
@@ -136,7 +137,7 @@ class _Builder:
         return end
 
 
-    def _product(self, node: Intersect | Difference) -> "DFA":
+    def _product(self, node: Intersect | Difference) -> DFA:
         from tooldec.automaton.product import difference, intersect
 
         if isinstance(node, Difference):
@@ -146,7 +147,7 @@ class _Builder:
             result = intersect(result, self.to_dfa(item))
         return result
 
-    def _embed(self, dfa: "DFA", start: int) -> int:
+    def _embed(self, dfa: DFA, start: int) -> int:
         """Copy a DFA into the NFA as a fragment entered from `start`."""
         nfa = self.nfa
         end = nfa.new_state()
@@ -169,7 +170,7 @@ class _Builder:
         return end
 
 
-def build_nfa(node: Node, to_dfa: Callable[[Node], "DFA"]) -> NFA:
+def build_nfa(node: Node, to_dfa: Callable[[Node], DFA]) -> NFA:
     """Compile an IR node to an NFA whose language is exactly the node's; `to_dfa` builds products."""
     b = _Builder(to_dfa)
     start = b.nfa.new_state()

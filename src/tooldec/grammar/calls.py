@@ -10,10 +10,12 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 from tooldec.errors import ToolDecError, ToolSpecError
+from tooldec.grammar.canonical import CanonicalWriter
 from tooldec.grammar.ir import Fields, Node, alt, lit, seq
 from tooldec.grammar.schema import SchemaCompiler
 from tooldec.grammar.syntax import JSON, PYTHON
@@ -47,6 +49,10 @@ class CallFormat(Protocol):
         """The call written in `text`; raises CallParseError."""
         ...
 
+    def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
+        """The canonical text of a call (what the grammar generates for these arguments)."""
+        ...
+
 
 @dataclass(frozen=True)
 class JsonCall:
@@ -69,6 +75,13 @@ class JsonCall:
             return ParsedCall(obj[self.name_key], obj[self.arguments_key])
         except (ValueError, KeyError, TypeError) as exc:
             raise CallParseError(f"not a JSON call: {text!r}") from exc
+
+    def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
+        """The canonical text of a call (what the grammar generates for these arguments)."""
+        args = CanonicalWriter(tool.parameters, JSON).dumps(arguments)
+        return "{" + json.dumps(self.name_key) + ": " + json.dumps(tool.name) + ", " + json.dumps(
+            self.arguments_key
+        ) + ": " + args + "}"
 
 
 @dataclass(frozen=True)
@@ -107,6 +120,13 @@ class PythonCall:
             raise CallParseError(f"not a Python call: {text!r}") from exc
         return ParsedCall(name.strip(), args)
 
+    def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
+        """The canonical text of a call (what the grammar generates for these arguments)."""
+        writer = CanonicalWriter(tool.parameters, PYTHON)
+        props = tool.parameters.get("properties", {})
+        parts = [f"{k}={writer.dumps(arguments[k], props[k])}" for k in props if k in arguments]
+        return tool.name + "(" + ", ".join(parts) + ")"
+
 
 @dataclass(frozen=True)
 class Wrapped:
@@ -126,6 +146,10 @@ class Wrapped:
         if not (text.startswith(self.prefix) and text.endswith(self.suffix)):
             raise CallParseError(f"call not between {self.prefix!r} and {self.suffix!r}: {text!r}")
         return self.inner.parse(text[len(self.prefix) : len(text) - len(self.suffix)])
+
+    def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
+        """The canonical text of a call (what the grammar generates for these arguments)."""
+        return self.prefix + self.inner.render(tool, arguments) + self.suffix
 
 
 FORMATS: dict[str, CallFormat] = {

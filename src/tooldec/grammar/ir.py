@@ -6,8 +6,9 @@ about automata or tokenizers. Byte sets are Python ints used as 256-bit masks (b
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Union
 
 ALL_BYTES = (1 << 256) - 1
 
@@ -23,24 +24,24 @@ class Bytes:
 class Seq:
     """Each item in turn; the empty sequence matches the empty string."""
 
-    items: tuple["Node", ...]
+    items: tuple[Node, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Alt:
     """Any one of the items; the empty alternation matches nothing."""
 
-    items: tuple["Node", ...]
+    items: tuple[Node, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Repeat:
     """`item` between `min` and `max` times (None = unbounded), with `sep` between consecutive items."""
 
-    item: "Node"
+    item: Node
     min: int = 0
     max: int | None = None
-    sep: "Node | None" = None
+    sep: Node | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,23 +52,23 @@ class Fields:
     skippable, without copying any value machine.
     """
 
-    items: tuple[tuple["Node", bool], ...]
-    sep: "Node"
+    items: tuple[tuple[Node, bool], ...]
+    sep: Node
 
 
 @dataclass(frozen=True, slots=True)
 class Intersect:
     """Strings matched by every item (the automaton builds it as a product of DFAs)."""
 
-    items: tuple["Node", ...]
+    items: tuple[Node, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Difference:
     """Strings matched by `left` and not by `right`."""
 
-    left: "Node"
-    right: "Node"
+    left: Node
+    right: Node
 
 
 Node = Union[Bytes, Seq, Alt, Repeat, Fields, Intersect, Difference]

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from tooldec.grammar.ir import EMPTY, NOTHING, Node, Repeat, alt, byte_range, lit, one_of_bytes, opt, seq, star
+from tooldec.grammar.ir import (
+    EMPTY,
+    NOTHING,
+    Node,
+    Repeat,
+    alt,
+    byte_range,
+    lit,
+    one_of_bytes,
+    opt,
+    seq,
+    star,
+)
 
 DIGIT = byte_range(0x30, 0x39)
 NONZERO = byte_range(0x31, 0x39)
@@ -11,6 +23,15 @@ FRACTION = seq(lit("."), Repeat(DIGIT, 1, None))
 NONZERO_FRACTION = seq(lit("."), star(DIGIT), NONZERO, star(DIGIT))
 ZERO_FRACTION = opt(seq(lit("."), Repeat(lit("0"), 1, None)))
 EXPONENT = seq(one_of_bytes("eE"), opt(one_of_bytes("+-")), Repeat(DIGIT, 1, None))
+MANTISSA = seq(NONZERO, opt(FRACTION))  # 1 <= m < 10
+# m·10^-k with k >= 1 lies in (0, 1); m·10^k with k >= 0 is >= 1: the exponent spellings Python and
+# JavaScript print for very small and very large numbers (1e-05, 1.5e+16).
+TINY = seq(MANTISSA, one_of_bytes("eE"), lit("-"), star(lit("0")), NONZERO, star(DIGIT))
+
+
+def _huge(min_exponent: int) -> Node:
+    """m·10^k with 1 <= m < 10 and k >= min_exponent, so the value is at least 10^min_exponent."""
+    return seq(MANTISSA, one_of_bytes("eE"), opt(lit("+")), star(lit("0")), natural_range(min_exponent, None))
 
 
 def _digit_span(lo: int, hi: int) -> Node:
@@ -83,11 +104,17 @@ def _magnitude(lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool) -> 
         parts.append(seq(natural_range(hi, hi), ZERO_FRACTION))
     if lo is not None and not lo_incl and (hi is None or lo < hi):
         parts.append(seq(natural_range(lo, lo), NONZERO_FRACTION))
+    if (lo is None or lo == 0) and (hi is None or hi >= 1):
+        parts.append(TINY)
+    if hi is None:
+        # 10^k > lo as soon as k >= the number of digits of lo (k >= 0 when lo <= 1 is allowed)
+        small = lo is None or lo < 1 or (lo == 1 and lo_incl)
+        parts.append(_huge(0 if small else len(str(lo))))
     return alt(*parts)
 
 
 def number_range(lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool) -> Node:
-    """JSON numbers (no exponent) between integral bounds; unbounded numbers take `any_number()` instead."""
+    """JSON numbers between integral bounds (exponent spellings only where they cannot cross a bound)."""
     parts: list[Node] = []
     if hi is None or hi > 0 or (hi == 0 and hi_incl):
         if lo is None or lo < 0:

@@ -52,6 +52,7 @@ class _Refused(Exception):
     """A pattern construct that cannot be enforced soundly; carries the detail for the schema error."""
 
 
+@cache
 def _python_class(test: str) -> Ranges:
     """The code points for which the named `str` predicate holds: what Python's `re` uses for `\\d\\w\\s`."""
     pred = getattr(str, test)
@@ -65,21 +66,23 @@ def _python_class(test: str) -> Ranges:
     return tuple(out)
 
 
+_CATEGORIES = {
+    C.CATEGORY_DIGIT: ("isdecimal", False), C.CATEGORY_NOT_DIGIT: ("isdecimal", True),
+    C.CATEGORY_WORD: ("isalnum", False), C.CATEGORY_NOT_WORD: ("isalnum", True),
+    C.CATEGORY_SPACE: ("isspace", False), C.CATEGORY_NOT_SPACE: ("isspace", True),
+}
+_ECMA_CATEGORY = {"isdecimal": _ASCII_DIGIT, "isalnum": _ASCII_WORD, "isspace": _ECMA_SPACE}
+
+
 @cache
 def _category_bounds(category: object) -> tuple[Ranges, Ranges]:
     """(lower, upper) for a class escape: the code points in it under both readings / under either one."""
-    if category in (C.CATEGORY_DIGIT, C.CATEGORY_NOT_DIGIT):
-        lower, upper = _ASCII_DIGIT, normalize_ranges(_python_class("isdecimal") + _ASCII_DIGIT)
-    elif category in (C.CATEGORY_WORD, C.CATEGORY_NOT_WORD):
-        lower, upper = _ASCII_WORD, normalize_ranges(_python_class("isalnum") + _ASCII_WORD)
-    elif category in (C.CATEGORY_SPACE, C.CATEGORY_NOT_SPACE):
-        py_space = _python_class("isspace")
-        lower, upper = intersect_ranges(_ECMA_SPACE, py_space), normalize_ranges(_ECMA_SPACE + py_space)
-    else:
-        raise _Refused(f"class escape {category}")
-    if category in (C.CATEGORY_NOT_DIGIT, C.CATEGORY_NOT_WORD, C.CATEGORY_NOT_SPACE):
-        return complement_ranges(upper), complement_ranges(lower)
-    return lower, upper
+    test, negated = _CATEGORIES[category]
+    ecma, python = _ECMA_CATEGORY[test], _python_class(test)
+    if test == "isalnum":  # Python's \w is alphanumerics plus "_"
+        python = normalize_ranges(python + ((0x5F, 0x5F),))
+    lower, upper = intersect_ranges(ecma, python), normalize_ranges(ecma + python)
+    return (complement_ranges(upper), complement_ranges(lower)) if negated else (lower, upper)
 
 
 def _class_ranges(items: list[tuple[object, object]]) -> Ranges:
@@ -131,11 +134,10 @@ def _ecma_to_python(pattern: str) -> str:
 
 
 class _Converter:
-    """Turns a parsed pattern into IR; `before`/`after` say whether a piece starts/ends the whole pattern.
+    """Turns a parsed pattern into IR, tracking for each piece whether it sits at an edge of the pattern."""
 
-    At the pattern's edges True means "unanchored here, so any text may precede/follow", False means
-    "anchored"; None marks an interior piece, where an anchor is refused.
-    """
+    # `before`/`after` below: True = this piece starts/ends the pattern unanchored (any text may precede /
+    # follow it), False = it starts/ends the pattern at an anchor, None = interior (an anchor is refused).
 
     def __init__(self) -> None:
         self.any_star = star(codepoints_ir(((0, MAX_CODEPOINT),)))

@@ -449,11 +449,13 @@ def _string_except(keys: set[str]) -> Node:
         return string_content()
     any_char = codepoints_ir([(0, 0x10FFFF)])
     free = Repeat(any_char, 0, None)
-    # trie over the keys' code points
+    # trie over the keys' code points: every prefix of a key (the keys included) and the chars that extend it
     children: dict[str, set[str]] = {}
     for k in keys:
-        for i in range(len(k)):
-            children.setdefault(k[:i], set()).add(k[i])
+        for i in range(len(k) + 1):
+            nxt = children.setdefault(k[:i], set())
+            if i < len(k):
+                nxt.add(k[i])
     parts: list[Node] = []
     for prefix, nxt in children.items():
         pre = seq(*(codepoints_ir([(ord(c), ord(c))]) for c in prefix))

@@ -9,7 +9,7 @@ it so nothing a model may legitimately write is refused.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from tooldec.errors import UnsupportedSchemaError
 from tooldec.grammar.ir import (
@@ -17,7 +17,6 @@ from tooldec.grammar.ir import (
     Node,
     Repeat,
     alt,
-    byte_mask,
     byte_range,
     lit,
     one_of_bytes,
@@ -68,11 +67,9 @@ def intersect_ranges(a: Iterable[tuple[int, int]], b: Iterable[tuple[int, int]])
 
 
 def utf8_sequences(lo: int, hi: int) -> list[tuple[tuple[int, int], ...]]:
-    """Split [lo, hi] (no surrogates) into byte-range sequences whose concatenations are its UTF-8 forms.
-
-    The standard construction: split where the encoded length changes, then wherever the continuation
-    bytes of the two ends do not span their full 0x80-0xBF range, so each piece is a product of byte ranges.
-    """
+    """Split [lo, hi] (no surrogates) into byte-range sequences whose products are exactly its UTF-8 forms."""
+    # Split where the encoded length changes, then wherever the continuation bytes of the two ends do not
+    # span their full 0x80-0xBF range, until each piece is a product of byte ranges.
     out: list[tuple[tuple[int, int], ...]] = []
     stack = [(lo, hi)]
     while stack:
@@ -146,25 +143,25 @@ def codepoints_ir(ranges: Sequence[tuple[int, int]]) -> Node:
     return _codepoints_ir(normalize_ranges(ranges))
 
 
-def _hex4_ir(python: bool) -> Node:
-    """Four hex digits (any case); with `python`, never a surrogate (D800-DFFF)."""
+def _u_escape_ir(python: bool) -> Node:
+    """`uXXXX` (any-case hex) spelling one code point: a surrogate pair is one character, a lone one none."""
+    # jsonschema counts a pair as one code point; Python reads a pair as two surrogates, so `python` drops it.
     hexd = one_of_bytes(_HEX)
-    if not python:
-        return seq(hexd, hexd, hexd, hexd)
-    not_d = Bytes(hexd.mask & ~byte_mask(b"dD"))
-    return alt(seq(not_d, hexd, hexd, hexd), seq(one_of_bytes(b"dD"), byte_range(0x30, 0x37), hexd, hexd))
+    d = one_of_bytes(b"dD")
+    plain = alt(seq(Bytes(hexd.mask & ~d.mask), hexd, hexd, hexd), seq(d, byte_range(0x30, 0x37), hexd, hexd))
+    if python:
+        return seq(lit("u"), plain)
+    high = seq(d, one_of_bytes(b"89abAB"), hexd, hexd)
+    low = seq(d, one_of_bytes(b"cdefCDEF"), hexd, hexd)
+    return seq(lit("u"), alt(plain, seq(high, lit("\\u"), low)))
 
 
-@lru_cache(maxsize=2)
+@cache
 def json_char(*, python: bool = False) -> Node:
-    """Any single JSON string character in any valid spelling; `python` keeps only Python-compatible ones.
-
-    With `python`, the body also reads as the same string through `ast.literal_eval` (no `\\/`, no
-    surrogate `\\u` escapes), so it can sit inside a Python call's string literal.
-    """
+    """Any JSON string character (one code point) in any spelling; `python` keeps what Python reads alike."""
     raw = _raw_utf8_ir(complement_ranges(((0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C))))
     simple = one_of_bytes(b'"\\bfnrt' if python else b'"\\/bfnrt')
-    return alt(raw, seq(lit("\\"), alt(simple, seq(lit("u"), _hex4_ir(python)))))
+    return alt(raw, seq(lit("\\"), alt(simple, _u_escape_ir(python))))
 
 
 def string_content(*, min_length: int = 0, max_length: int | None = None, python: bool = False) -> Node:

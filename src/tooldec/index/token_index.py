@@ -30,7 +30,7 @@ class _VocabArrays:
     offsets: np.ndarray  # int64 start of each token in flat
 
 
-_VOCAB_ARRAYS: "weakref.WeakKeyDictionary[Vocabulary, _VocabArrays]" = weakref.WeakKeyDictionary()
+_VOCAB_ARRAYS: weakref.WeakKeyDictionary[Vocabulary, _VocabArrays] = weakref.WeakKeyDictionary()
 
 
 def vocab_arrays(vocab: Vocabulary) -> _VocabArrays:

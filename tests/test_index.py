@@ -1,0 +1,120 @@
+"""The token index against brute force on real small vocabularies; no dead ends; the packed mask layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tooldec.automaton.dfa import DEAD
+from tooldec.compiler import Compiler
+from tooldec.index.token_index import FINAL
+from tooldec.specs import ToolSpec
+from tooldec.vocab import Vocabulary
+
+TOOLS = [
+    ToolSpec(
+        "get_weather",
+        "",
+        {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 12},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 14},
+            },
+            "required": ["city"],
+        },
+    ),
+    ToolSpec("get_time", "", {"type": "object", "properties": {"tz": {"type": "string", "format": "date"}}}),
+    ToolSpec("add", "", {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
+]
+
+
+@pytest.fixture(params=["json", "python"])
+def compiled(request: pytest.FixtureRequest, vocab: Vocabulary):
+    return Compiler(vocab).compile(TOOLS, request.param)
+
+
+def _brute_force(compiled, state: int) -> tuple[list[int], list[int]]:
+    vocab = compiled.index.vocab
+    ids, nxt = [], []
+    for t, data in enumerate(vocab.token_bytes):
+        if t in vocab.eos_ids:
+            if compiled.dfa.accepting[state]:
+                ids.append(t)
+                nxt.append(FINAL)
+        elif data:
+            s = compiled.dfa.step(state, data)
+            if s != DEAD:
+                ids.append(t)
+                nxt.append(s)
+    return ids, nxt
+
+
+def test_index_matches_brute_force_and_has_no_dead_ends(compiled) -> None:
+    index = compiled.index
+    states = index.reachable_states()
+    assert len(states) > 20
+    for s in states:
+        ids, nxt = index.transitions(s)
+        want_ids, want_next = _brute_force(compiled, s)
+        assert ids.tolist() == want_ids
+        assert nxt.tolist() == want_next
+        if not index.is_accepting(s):
+            assert len(ids) > 0, f"dead end in state {s}"
+
+
+def test_bitmask_layout_matches_allowed_ids(compiled) -> None:
+    index = compiled.index
+    for s in index.reachable_states(limit=30):
+        words = index.bitmask(s)
+        assert words.dtype == np.dtype("<i4") and words.shape == ((index.vocab.size + 31) // 32,)
+        bits = [t for t in range(index.vocab.size) if (int(words[t >> 5]) >> (t & 31)) & 1]
+        assert bits == index.allowed_ids(s).tolist()
+
+
+def test_tokens_crossing_grammar_parts_are_allowed(bytelevel_vocab: Vocabulary) -> None:
+    compiled = Compiler(bytelevel_vocab).compile(TOOLS, "json")
+    crossing = [t for t, b in enumerate(bytelevel_vocab.token_bytes) if b in (b'",', b'"}', b'"}}')]
+    assert crossing, "fixture vocabulary should contain tokens like '\",'"
+    guide = compiled.guide()
+    for t in bytelevel_vocab.encode('{"name": "get_weather", "arguments": {"city": "Paris'):
+        guide.advance(t)
+    allowed = set(guide.allowed_token_ids().tolist())
+    assert set(crossing) & allowed
+
+
+def test_eos_only_in_accepting_states(vocab: Vocabulary) -> None:
+    compiled = Compiler(vocab).compile(TOOLS, "python")
+    guide = compiled.guide()
+    eos = min(vocab.eos_ids)
+    text = "add(a=1, b=2.5)"
+    for t in vocab.encode(text):
+        assert not guide.accepts(eos)
+        guide.advance(t)
+    assert guide.is_accepting() and guide.accepts(eos)
+    assert set(guide.allowed_token_ids().tolist()) == set(vocab.eos_ids)
+    guide.advance(eos)
+    assert guide.state == FINAL and guide.is_finished()
+    assert guide.result().arguments == {"a": 1, "b": 2.5}
+
+
+def test_rollback_and_fork(bytelevel_vocab: Vocabulary) -> None:
+    guide = Compiler(bytelevel_vocab).compile(TOOLS, "python").guide()
+    ids = bytelevel_vocab.encode("add(a=1")
+    for t in ids:
+        guide.advance(t)
+    fork = guide.fork()
+    guide.rollback(len(ids))
+    assert guide.state == guide.index.start and guide.tokens == []
+    assert fork.text() == "add(a=1"
+    with pytest.raises(ValueError):
+        guide.rollback(1)
+
+
+def test_vocabulary_wider_than_tokenizer(bytelevel_tokenizer) -> None:
+    vocab = Vocabulary.from_tokenizers(bytelevel_tokenizer, vocab_size=512)
+    guide = Compiler(vocab).compile(TOOLS, "json").guide()
+    assert guide.bool_mask().shape == (512,)
+    assert guide.bitmask().shape == (16,)
+    assert not guide.bool_mask()[450:].any()

@@ -1,0 +1,236 @@
+"""Schemas and tool calls through real tokenizers: soundness (random walks validate) and completeness."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from hypothesis_jsonschema import from_schema
+
+from tooldec.compiler import Compiler
+from tooldec.conformance import feed
+from tooldec.errors import TokenRejectedError, ToolSpecError, UnsupportedSchemaError
+from tooldec.grammar.calls import get_format
+from tooldec.grammar.canonical import CanonicalWriter
+from tooldec.sample import WalkTooLong, random_walk
+from tooldec.specs import ToolSet, ToolSpec
+from tooldec.vocab import Vocabulary
+
+NAMES = st.text(alphabet="abcdefgh_", min_size=1, max_size=6).filter(lambda s: s[0] != "_")
+ENUM_VALUES = st.one_of(st.integers(-5, 50), st.text(alphabet="xyz é\"", max_size=4), st.booleans(), st.none())
+
+
+def _bounds() -> st.SearchStrategy[dict[str, Any]]:
+    b = st.one_of(st.none(), st.integers(-100, 100))
+    return st.tuples(b, b, st.booleans()).map(
+        lambda t: {
+            k: v
+            for k, v in (
+                ("minimum", min(t[0], t[1]) if None not in t[:2] else t[0]),
+                ("maximum", max(t[0], t[1]) if None not in t[:2] else t[1]),
+            )
+            if v is not None
+        }
+        | ({"exclusiveMinimum": t[0] - 1} if t[2] and t[0] is not None and t[1] is None else {})
+    )
+
+
+LEAVES = st.one_of(
+    _bounds().map(lambda b: {"type": "integer", **b}),
+    _bounds().map(lambda b: {"type": "number", **b}),
+    st.just({"type": "number"}),
+    st.tuples(st.integers(0, 3), st.integers(0, 6)).map(
+        lambda t: {"type": "string", "minLength": t[0], "maxLength": t[0] + t[1]}
+    ),
+    st.just({"type": "string"}),
+    st.sampled_from(
+        [
+            {"type": "string", "format": "date"},
+            {"type": "string", "pattern": "^[a-z]{2,4}-[0-9]+$"},
+            {"type": "boolean"},
+            {"type": "null"},
+            {"type": ["string", "null"]},
+        ]
+    ),
+    st.lists(ENUM_VALUES, min_size=1, max_size=4, unique_by=lambda v: json.dumps(v)).map(lambda v: {"enum": v}),
+    ENUM_VALUES.map(lambda v: {"const": v}),
+)
+
+
+def _containers(children: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[dict[str, Any]]:
+    def obj(args: tuple[dict[str, dict], list[bool]]) -> dict[str, Any]:
+        props, req = args
+        names = list(props)
+        return {
+            "type": "object",
+            "properties": props,
+            "required": [n for n, r in zip(names, req) if r],
+            "additionalProperties": False,
+        }
+
+    return st.one_of(
+        st.tuples(st.dictionaries(NAMES, children, min_size=1, max_size=4), st.lists(st.booleans(), min_size=4, max_size=4)).map(obj),
+        st.tuples(children, st.integers(0, 2), st.integers(0, 3)).map(
+            lambda t: {"type": "array", "items": t[0], "minItems": t[1], "maxItems": t[1] + t[2]}
+        ),
+        children.map(lambda c: {"type": "array", "items": c}),
+        st.lists(children, min_size=2, max_size=3).map(lambda cs: {"anyOf": cs}),
+    )
+
+
+SCHEMAS = st.recursive(LEAVES, _containers, max_leaves=6)
+SETTINGS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
+
+
+def _walk(compiled: Any, seed: int) -> Any:
+    try:
+        return random_walk(compiled.guide(), random.Random(seed), max_tokens=3000)
+    except WalkTooLong:
+        assume(False)
+
+
+@SETTINGS
+@given(schema=SCHEMAS, seed=st.integers(0, 2**16))
+def test_walks_produce_valid_instances(vocab: Vocabulary, schema: dict[str, Any], seed: int) -> None:
+    compiled = Compiler(vocab).compile_schema(schema, additional_properties=False)
+    guide = _walk(compiled, seed)
+    value = json.loads(guide.text())
+    jsonschema.validate(value, schema)
+    assert guide.result() == value
+
+
+@SETTINGS
+@given(schema=SCHEMAS, data=st.data())
+def test_valid_instances_are_accepted(vocab: Vocabulary, schema: dict[str, Any], data: st.DataObject) -> None:
+    compiled = Compiler(vocab).compile_schema(schema, additional_properties=False)
+    instance = data.draw(from_schema(schema))
+    text = CanonicalWriter(schema).dumps(instance)
+    assume("\ud800" > max(text, default="a") or not any(0xD800 <= ord(c) <= 0xDFFF for c in text))
+    # canonically tokenised, and byte by byte
+    assert feed(compiled.guide(), vocab.encode(text)), text
+    assert compiled.dfa.accepts(text.encode()), text
+
+
+TOOL_PARAMS = st.dictionaries(NAMES, SCHEMAS, min_size=0, max_size=3)
+
+
+@st.composite
+def tool_sets(draw: st.DrawFn) -> list[ToolSpec]:
+    names = draw(st.lists(NAMES, min_size=1, max_size=4, unique=True))
+    tools = []
+    for name in names:
+        props = draw(TOOL_PARAMS)
+        req = [p for p in props if draw(st.booleans())]
+        tools.append(
+            ToolSpec(name, "", {"type": "object", "properties": props, "required": req, "additionalProperties": False})
+        )
+    return tools
+
+
+@SETTINGS
+@given(tools=tool_sets(), fmt=st.sampled_from(["json", "python", "hermes"]), seed=st.integers(0, 2**16))
+def test_tool_call_walks_are_valid_calls(vocab: Vocabulary, tools: list[ToolSpec], fmt: str, seed: int) -> None:
+    compiled = Compiler(vocab).compile(tools, fmt)
+    guide = _walk(compiled, seed)
+    call = guide.result()
+    spec = ToolSet(tools)[call.name]
+    jsonschema.validate(call.arguments, spec.parameters)
+
+
+@SETTINGS
+@given(tools=tool_sets(), fmt=st.sampled_from(["json", "python", "hermes"]), data=st.data())
+def test_every_valid_call_is_accepted(vocab: Vocabulary, tools: list[ToolSpec], fmt: str, data: st.DataObject) -> None:
+    compiled = Compiler(vocab).compile(tools, fmt)
+    tool = data.draw(st.sampled_from(tools))
+    args = data.draw(from_schema(tool.parameters))
+    text = get_format(fmt).render(tool, args)
+    assume(not any(0xD800 <= ord(c) <= 0xDFFF for c in text))
+    assert feed(compiled.guide(), vocab.encode(text)), text
+    assert compiled.guide().result.__self__ is not None
+    assert get_format(fmt).parse(text).name == tool.name
+
+
+def test_unknown_tool_name_is_rejected(bytelevel_vocab: Vocabulary) -> None:
+    tools = [ToolSpec("multiply", "", {"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]})]
+    compiled = Compiler(bytelevel_vocab).compile(tools, "python")
+    assert feed(compiled.guide(), bytelevel_vocab.encode("multiply(a=3.14)"))
+    assert not feed(compiled.guide(), bytelevel_vocab.encode("product(a=3.14)"))
+    assert not feed(compiled.guide(), bytelevel_vocab.encode("multiply(a=pi)"))
+    assert not feed(compiled.guide(), bytelevel_vocab.encode("multiply()"))
+    guide = compiled.guide()
+    bad = bytelevel_vocab.encode("p")[0]
+    with pytest.raises(TokenRejectedError):
+        guide.advance(bad)
+
+
+def test_optional_parameters_can_be_skipped_and_order_is_fixed(bytelevel_vocab: Vocabulary) -> None:
+    params = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}},
+        "required": ["b"],
+    }
+    compiled = Compiler(bytelevel_vocab).compile([ToolSpec("f", "", params)], "json")
+    ok = ['{"b": "x"}', '{"a": 1, "b": "x"}', '{"b": "x", "c": true}', '{"a": -2, "b": "", "c": false}']
+    bad = ['{}', '{"a": 1}', '{"b": "x", "a": 1}', '{"b": "x",  "c": true}', '{"b": "x", "d": 1}']
+    for args in ok:
+        assert compiled.dfa.accepts(f'{{"name": "f", "arguments": {args}}}'.encode()), args
+    for args in bad:
+        assert not compiled.dfa.accepts(f'{{"name": "f", "arguments": {args}}}'.encode()), args
+
+
+@pytest.mark.parametrize(
+    ("schema", "keyword", "path"),
+    [
+        ({"type": "object", "properties": {"x": {"type": "string", "if": {}}}}, "if", "#/properties/x/if"),
+        ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems", "#/uniqueItems"),
+        ({"type": "number", "multipleOf": 0.5}, "multipleOf", "#/multipleOf"),
+        ({"type": "object", "patternProperties": {"^a": {}}}, "patternProperties", "#/patternProperties"),
+        ({"type": "string", "pattern": "(a)\\1"}, "pattern", "#/pattern"),
+        ({"type": "string", "format": "color"}, "format", "#/format"),
+        ({"$ref": "http://example.com/s.json"}, "$ref", "#/$ref"),
+    ],
+)
+def test_unenforceable_keywords_are_refused_with_their_path(
+    bytelevel_vocab: Vocabulary, schema: dict, keyword: str, path: str
+) -> None:
+    with pytest.raises(UnsupportedSchemaError) as info:
+        Compiler(bytelevel_vocab).compile_schema(schema)
+    assert info.value.keyword == keyword
+    assert info.value.path == path
+    assert keyword in str(info.value)
+
+
+def test_errors_name_the_tool(bytelevel_vocab: Vocabulary) -> None:
+    good = ToolSpec("a", "", {"type": "object", "properties": {}})
+    with pytest.raises(ToolSpecError, match="duplicate"):
+        Compiler(bytelevel_vocab).compile([good, good])
+    bad = ToolSpec("b", "", {"type": "object", "properties": {"x": {"type": "string", "uniqueItems": True, "not": {"if": {}}}}})
+    with pytest.raises(UnsupportedSchemaError) as info:
+        Compiler(bytelevel_vocab).compile([bad])
+    assert info.value.tool == "b" and "'b'" in str(info.value)
+
+
+def test_recursive_refs_are_bounded(bytelevel_vocab: Vocabulary) -> None:
+    schema = {
+        "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"], "additionalProperties": False}},
+        "$ref": "#/$defs/node",
+    }
+    compiled = Compiler(bytelevel_vocab, max_ref_depth=2).compile_schema(schema)
+    assert compiled.dfa.accepts(b'{"v": 1, "kids": [{"v": 2, "kids": []}]}')
+    assert not compiled.dfa.accepts(b'{"v": 1, "kids": [{"v": 2, "kids": [{"v": 3}]}]}')
+    for seed in range(5):
+        jsonschema.validate(json.loads(_walk(compiled, seed).text()), schema)
+
+
+def test_one_of_excludes_values_matching_two_branches(bytelevel_vocab: Vocabulary) -> None:
+    schema = {"oneOf": [{"type": "integer"}, {"type": "number", "minimum": 0}]}
+    dfa = Compiler(bytelevel_vocab).compile_schema(schema).dfa
+    assert dfa.accepts(b"-3") and dfa.accepts(b"2.5")
+    assert not dfa.accepts(b"3")
