@@ -285,6 +285,7 @@ PATTERNS = [
     r"colou?r",
     r"^\u00e9t\u00e9$",
     r"^[^\n]*$",
+    r"^https?:\/\/[^\s/$.?#].[^\s]*$",
     r"^[a-z]+?x*?$",
     r"\Aab\Z",
 ]
@@ -339,6 +340,7 @@ def test_pattern_samples_match_in_python_and_ecma(pattern: str) -> None:
         body = ir_sample(node, rng)
         value = decode(body)
         assert canonical(value) == body, body
+        assert ast.literal_eval('"' + body.decode() + '"') == value, body  # canonical bodies suit Python too
         assert re.search(python_reading(pattern), value), value
         assert ecma.search(value), value
 

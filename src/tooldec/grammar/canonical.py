@@ -65,7 +65,7 @@ class CanonicalWriter:
         if isinstance(props, dict):
             out.extend(props.items())
         for part in schema.get("allOf", []) or []:
-            out.extend(self._layout(value, part, depth + 1))
+            out.extend(self._layout(value, self._resolve(part), depth + 1))
         for key in ("anyOf", "oneOf"):
             for branch in schema.get(key, []) or []:
                 if self._valid(value, branch):

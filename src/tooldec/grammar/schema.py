@@ -52,6 +52,15 @@ UNSUPPORTED = frozenset(
 )
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 NO_CONSTRAINT_FORMATS = frozenset({"float", "double", "password", "binary", "textarea"})
+# The formats JSON Schema defines (draft 4 to 2020-12). A `format` outside this list has no defined meaning,
+# so validators treat it as an annotation and so do we; a standard one is either enforced or refused.
+STANDARD_FORMATS = frozenset(
+    {
+        "date-time", "date", "time", "duration", "email", "idn-email", "hostname", "idn-hostname", "ipv4",
+        "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid", "uri-template", "json-pointer",
+        "relative-json-pointer", "regex", "host-name", "ip-address", "color", "utc-millisec", "style", "phone",
+    }
+)
 INT_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1), "uint32": (0, 2**32 - 1)}
 
 OBJECT_KEYS = frozenset(
@@ -168,15 +177,27 @@ class SchemaCompiler:
         if not isinstance(parts, list) or not parts:
             raise self._bad("allOf must be a non-empty list", _ptr(path, "allOf"))
         merged: dict | None = {k: v for k, v in schema.items() if k != "allOf"}
-        for i, part in enumerate(parts):
-            if part is True:
-                continue
-            if merged is None or not isinstance(part, dict) or "$ref" in part:
-                merged = None
-                break
-            merged = _merge(merged, part)
-        if merged is not None:
-            return self._compile(merged, path)
+        entered: list[str] = []
+        try:
+            for part in parts:
+                if part is True:
+                    continue
+                while isinstance(part, dict) and isinstance(part.get("$ref"), str) and not set(part) - ANNOTATIONS - {"$ref"}:
+                    ref = part["$ref"]
+                    if self._active_refs.get(ref, 0) >= self.max_ref_depth:
+                        return NOTHING
+                    self._active_refs[ref] = self._active_refs.get(ref, 0) + 1
+                    entered.append(ref)
+                    part = self._resolve(ref, _ptr(path, "allOf"))
+                if merged is None or not isinstance(part, dict) or "$ref" in part:
+                    merged = None
+                    break
+                merged = _merge(merged, part)
+            if merged is not None:
+                return self._compile(merged, path)
+        finally:
+            for ref in entered:
+                self._active_refs[ref] -= 1
         rest = {k: v for k, v in schema.items() if k != "allOf"}
         nodes = [self._compile(p, _ptr(path, "allOf", i)) for i, p in enumerate(parts)]
         if set(rest) - ANNOTATIONS:
@@ -301,7 +322,7 @@ class SchemaCompiler:
             flo, fhi = INT_FORMATS[fmt]
             ilo = flo if ilo is None else max(ilo, flo)
             ihi = fhi if ihi is None else min(ihi, fhi)
-        elif fmt is not None and fmt not in NO_CONSTRAINT_FORMATS:
+        elif fmt in STANDARD_FORMATS:
             raise self._unsupported("format", _ptr(path, "format"), f"{fmt!r} on an integer")
         return integer_range(ilo, ihi)
 
@@ -320,7 +341,7 @@ class SchemaCompiler:
         fmt = schema.get("format")
         if fmt in INT_FORMATS:
             return self._integer(schema, path)
-        if fmt is not None and fmt not in NO_CONSTRAINT_FORMATS:
+        if fmt in STANDARD_FORMATS:
             raise self._unsupported("format", _ptr(path, "format"), f"{fmt!r} on a number")
         lo, lo_incl, hi, hi_incl = self._bounds(schema, path)
         if lo is None and hi is None:
@@ -335,9 +356,9 @@ class SchemaCompiler:
     def _string(self, schema: dict, path: str) -> Node:
         parts: list[Node] = []
         fmt = schema.get("format")
-        if fmt is not None and fmt not in NO_CONSTRAINT_FORMATS:
-            if not isinstance(fmt, str):
-                raise self._bad("format must be a string", _ptr(path, "format"))
+        if fmt is not None and not isinstance(fmt, str):
+            raise self._bad("format must be a string", _ptr(path, "format"))
+        if fmt in STANDARD_FORMATS or fmt == "byte":
             parts.append(format_ir(fmt, path=_ptr(path, "format")))
         if "pattern" in schema:
             pat = schema["pattern"]
@@ -347,7 +368,11 @@ class SchemaCompiler:
         lo = schema.get("minLength", 0)
         hi = schema.get("maxLength")
         if lo or hi is not None or not parts:
-            parts.append(string_content(min_length=lo, max_length=hi, python=self.syntax.python))
+            try:
+                parts.append(string_content(min_length=lo, max_length=hi, python=self.syntax.python))
+            except UnsupportedSchemaError as exc:
+                key = "maxLength" if hi is not None and exc.keyword == "maxLength" else exc.keyword
+                raise self._unsupported(key, _ptr(path, key), exc.detail) from None
         body = parts[0] if len(parts) == 1 else Intersect(tuple(parts))
         return seq(lit('"'), body, lit('"'))
 
@@ -385,7 +410,7 @@ class SchemaCompiler:
         req = set(required)
         extra = schema.get("additionalProperties")
         if extra is None:
-            extra = True if self.additional_properties else False
+            extra = bool(self.additional_properties)
         syn = self.syntax
         fields: list[tuple[Node, bool]] = []
         for name, sub in props.items():
