@@ -38,14 +38,25 @@ class CompiledGrammar:
         return Guide(self.index, self.parse)
 
 
-class Compiler:
-    """Compiles tool sets for one vocabulary, keeping the last `cache_size` results."""
+CACHE_SIZE = 32
+_CACHE: OrderedDict[str, CompiledGrammar] = OrderedDict()
 
-    def __init__(self, vocab: Vocabulary, *, max_ref_depth: int = DEFAULT_REF_DEPTH, cache_size: int = 16) -> None:
+
+def clear_cache() -> None:
+    """Forget every compiled grammar (they are shared by all compilers of the same vocabulary)."""
+    _CACHE.clear()
+
+
+class Compiler:
+    """Compiles tool sets for one vocabulary; results are cached process-wide per (tool set, format, vocabulary).
+
+    The cache keeps the last CACHE_SIZE grammars, keyed by a hash of the tooldec version, the tool set or
+    schema, the format, the ref depth and the vocabulary fingerprint.
+    """
+
+    def __init__(self, vocab: Vocabulary, *, max_ref_depth: int = DEFAULT_REF_DEPTH) -> None:
         self.vocab = vocab
         self.max_ref_depth = max_ref_depth
-        self.cache_size = cache_size
-        self._cache: OrderedDict[str, CompiledGrammar] = OrderedDict()
 
     def _key(self, kind: str, payload: Any) -> str:
         h = hashlib.sha256()
@@ -54,14 +65,14 @@ class Compiler:
         return h.hexdigest()
 
     def _cached(self, key: str, build: Callable[[], CompiledGrammar], use_cache: bool) -> CompiledGrammar:
-        if use_cache and key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key]
+        if use_cache and key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
         result = build()
         if use_cache:
-            self._cache[key] = result
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            _CACHE[key] = result
+            while len(_CACHE) > CACHE_SIZE:
+                _CACHE.popitem(last=False)
         return result
 
     def compile(

@@ -1,0 +1,20 @@
+"""The README's Python example runs as written (it reads the Llama-3 tokenizer from ../shared)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_readme_python_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    if not (ROOT.parent / "shared" / "tokenizers" / "llama3").exists():
+        pytest.skip("../shared is not present")
+    block = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[0]
+    monkeypatch.chdir(ROOT)
+    exec(compile(block, "README.md", "exec"), {"__name__": "readme"})
+    assert "True ParsedCall(name='multiply', arguments={'a': 3.14, 'b': 123})" in capsys.readouterr().out
