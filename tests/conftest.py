@@ -100,3 +100,11 @@ def sentencepiece_vocab(sentencepiece_tokenizer: Tokenizer) -> Vocabulary:
 def vocab(request: pytest.FixtureRequest) -> Vocabulary:
     """Each real tokenizer family in turn."""
     return request.getfixturevalue(f"{request.param}_vocab")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _unlimited_int_digits() -> None:
+    """Random walks write integers of thousands of digits, past Python's default int parsing limit."""
+    import sys
+
+    sys.set_int_max_str_digits(0)

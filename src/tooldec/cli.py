@@ -33,6 +33,7 @@ def sample(
     max_tokens: int = typer.Option(4096, "--max-tokens", help="Give up a walk after this many tokens."),
 ) -> None:
     """Walk the guide choosing uniformly among allowed tokens; print one JSON line per walk."""
+    sys.set_int_max_str_digits(0)  # uniform walks write integers of thousands of digits
     from tooldec.compiler import Compiler
     from tooldec.sample import random_walk
     from tooldec.specs import load_tools_file

@@ -52,7 +52,7 @@ class CanonicalWriter:
     def _valid(self, value: Any, schema: Any) -> bool:
         try:
             return bool(self._validator.evolve(schema=schema).is_valid(value))
-        except Exception:  # a malformed subschema only makes it a poor guide for the order
+        except Exception:  # noqa: BLE001 - a malformed subschema only makes it a poor guide for the order
             return False
 
     def _layout(self, value: Any, schema: Any, depth: int) -> list[tuple[str, Any]]:

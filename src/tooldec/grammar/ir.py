@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Union
 
 ALL_BYTES = (1 << 256) - 1
 
@@ -71,7 +70,7 @@ class Difference:
     right: Node
 
 
-Node = Union[Bytes, Seq, Alt, Repeat, Fields, Intersect, Difference]
+Node = Bytes | Seq | Alt | Repeat | Fields | Intersect | Difference
 
 EMPTY: Node = Seq(())
 NOTHING: Node = Alt(())

@@ -302,14 +302,12 @@ class SchemaCompiler:
                 raise self._bad(f"{name} must be a number", _ptr(path, name))
         if ex_lo is True:
             lo_incl = False
-        elif isinstance(ex_lo, (int, float)) and not isinstance(ex_lo, bool):
-            if lo is None or ex_lo >= lo:
-                lo, lo_incl = ex_lo, False
+        elif _is_number(ex_lo) and (lo is None or ex_lo >= lo):
+            lo, lo_incl = ex_lo, False
         if ex_hi is True:
             hi_incl = False
-        elif isinstance(ex_hi, (int, float)) and not isinstance(ex_hi, bool):
-            if hi is None or ex_hi <= hi:
-                hi, hi_incl = ex_hi, False
+        elif _is_number(ex_hi) and (hi is None or ex_hi <= hi):
+            hi, hi_incl = ex_hi, False
         return lo, lo_incl, hi, hi_incl
 
     def _integer(self, schema: dict, path: str) -> Node:
@@ -457,6 +455,10 @@ class SchemaCompiler:
         array = seq(lit("["), Repeat(inner, 0, None, self._sep), lit("]"))
         obj = seq(lit("{"), Repeat(seq(key, inner), 0, None, self._sep), lit("}"))
         return alt(*scalars, array, obj)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _joined(nodes: list[Node], sep: Node) -> list[Node]:
