@@ -9,7 +9,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooldec.automaton.dfa import DEAD, compile_dfa
+from tooldec.automaton.compile import compile_dfa
+from tooldec.automaton.dfa import DEAD
 from tooldec.grammar.ir import (
     NOTHING,
     Difference,

@@ -8,7 +8,7 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooldec.automaton.dfa import compile_dfa
+from tooldec.automaton.compile import compile_dfa
 from tooldec.grammar.numbers import any_number, integer_range, number_range
 
 BOUND = st.one_of(st.none(), st.integers(-1200, 1200))

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tooldec.automaton.dfa import DFA, compile_dfa
+from tooldec.automaton.compile import compile_dfa
+from tooldec.automaton.dfa import DFA
 from tooldec.grammar.calls import CallFormat, ParsedCall, get_format, tools_grammar
 from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
 from tooldec.guide import Guide

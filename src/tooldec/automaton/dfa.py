@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tooldec.automaton.nfa import NFA, build_nfa
+from tooldec.automaton.nfa import NFA
 from tooldec.errors import UnsupportedSchemaError
-from tooldec.grammar.ir import Node
 
 DEAD = 0
 MAX_DFA_STATES = 500_000
@@ -209,8 +208,3 @@ def finish(rows: list[list[tuple[int, int]]], accepting: list[bool]) -> DFA:
                 mask_classes[m] = cl
             trans[ns, cl] = new_id[t]
     return DFA(trans=trans, classes=classes, accepting=acc, start=1 if count > 1 else DEAD)
-
-
-def compile_dfa(node: Node) -> DFA:
-    """IR node → pruned DFA. An empty language gives a DFA whose start is DEAD."""
-    return determinize(build_nfa(node, compile_dfa))

@@ -8,13 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from tooldec.errors import UnsupportedSchemaError
 from tooldec.grammar.ir import Alt, Bytes, Difference, Fields, Intersect, Node, Repeat, Seq
 
-if TYPE_CHECKING:
-    from tooldec.automaton.dfa import DFA
+
+class DenseAutomaton(Protocol):
+    """What the builder needs of a DFA to copy it in: the array layout of `tooldec.automaton.dfa.DFA`."""
+
+    trans: Any
+    classes: Any
+    accepting: Any
+    start: int
+
+    @property
+    def num_states(self) -> int:
+        """Number of states, the dead state 0 included."""
+
 
 MAX_NFA_STATES = 2_000_000
 
@@ -40,9 +51,9 @@ class NFA:
 
 
 class _Builder:
-    def __init__(self, to_dfa: Callable[[Node], DFA]) -> None:
+    def __init__(self, product: Callable[[Intersect | Difference], DenseAutomaton]) -> None:
         self.nfa = NFA()
-        self.to_dfa = to_dfa
+        self.product = product
 
     def build(self, node: Node, start: int) -> int:
         nfa = self.nfa
@@ -69,7 +80,7 @@ class _Builder:
         if isinstance(node, Fields):
             return self._fields(node, start)
         if isinstance(node, (Intersect, Difference)):
-            return self._embed(self._product(node), start)
+            return self._embed(self.product(node), start)
         raise TypeError(f"not a grammar node: {node!r}")
 
     def _repeat(self, node: Repeat, start: int) -> int:
@@ -137,17 +148,7 @@ class _Builder:
         return end
 
 
-    def _product(self, node: Intersect | Difference) -> DFA:
-        from tooldec.automaton.product import difference, intersect
-
-        if isinstance(node, Difference):
-            return difference(self.to_dfa(node.left), self.to_dfa(node.right))
-        result = self.to_dfa(node.items[0])
-        for item in node.items[1:]:
-            result = intersect(result, self.to_dfa(item))
-        return result
-
-    def _embed(self, dfa: DFA, start: int) -> int:
+    def _embed(self, dfa: DenseAutomaton, start: int) -> int:
         """Copy a DFA into the NFA as a fragment entered from `start`."""
         nfa = self.nfa
         end = nfa.new_state()
@@ -170,9 +171,9 @@ class _Builder:
         return end
 
 
-def build_nfa(node: Node, to_dfa: Callable[[Node], DFA]) -> NFA:
-    """Compile an IR node to an NFA whose language is exactly the node's; `to_dfa` builds products."""
-    b = _Builder(to_dfa)
+def build_nfa(node: Node, product: Callable[[Intersect | Difference], DenseAutomaton]) -> NFA:
+    """Compile an IR node to an NFA whose language is exactly the node's; `product` builds product DFAs."""
+    b = _Builder(product)
     start = b.nfa.new_state()
     b.nfa.start = start
     b.nfa.accept = b.build(node, start)
