@@ -234,3 +234,27 @@ def test_one_of_excludes_values_matching_two_branches(bytelevel_vocab: Vocabular
     dfa = Compiler(bytelevel_vocab).compile_schema(schema).dfa
     assert dfa.accepts(b"-3") and dfa.accepts(b"2.5")
     assert not dfa.accepts(b"3")
+
+
+def test_required_keys_without_a_schema_take_any_value(bytelevel_vocab: Vocabulary) -> None:
+    params = {"type": "object", "properties": {"p": {"type": "object", "required": ["adults"]}}, "required": ["p"]}
+    dfa = Compiler(bytelevel_vocab).compile([ToolSpec("f", "", params)]).dfa
+    assert dfa.accepts(b'{"name": "f", "arguments": {"p": {"adults": 2}}}')
+    assert not dfa.accepts(b'{"name": "f", "arguments": {"p": {}}}')
+
+
+def test_unsatisfiable_schemas_are_reported(bytelevel_vocab: Vocabulary) -> None:
+    from tooldec.errors import EmptyGrammarError
+
+    with pytest.raises(EmptyGrammarError):
+        Compiler(bytelevel_vocab).compile_schema({"type": "integer", "minimum": 5, "maximum": 1})
+    params = {"type": "object", "properties": {"x": False}, "required": ["x"]}
+    with pytest.raises(EmptyGrammarError, match="'g'"):
+        Compiler(bytelevel_vocab).compile([ToolSpec("g", "", params)])
+
+
+def test_python_keywords_cannot_be_keyword_arguments(bytelevel_vocab: Vocabulary) -> None:
+    params = {"type": "object", "properties": {"from": {"type": "string"}}}
+    with pytest.raises(ToolSpecError, match="from"):
+        Compiler(bytelevel_vocab).compile([ToolSpec("h", "", params)], "python")
+    Compiler(bytelevel_vocab).compile([ToolSpec("h", "", params)], "json")

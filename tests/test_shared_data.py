@@ -6,6 +6,7 @@ Marked slow; skipped when ../shared (or $TOOLDEC_SHARED) is absent.
 from __future__ import annotations
 
 import json
+import keyword
 import os
 import random
 from pathlib import Path
@@ -31,6 +32,10 @@ def llama3() -> Vocabulary:
     return Vocabulary.from_file(SHARED / "tokenizers" / "llama3")
 
 
+def _kwarg(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
 BFCL_FILES = sorted((SHARED / "data" / "bfcl").glob("BFCL_v4_*.json"))
 
 
@@ -42,7 +47,7 @@ def test_sample_over_every_bfcl_entry_validates(llama3: Vocabulary, path: Path) 
     for i, entry in enumerate(entries):
         tools = from_openai_tools(entry)
         fmt = "python" if i % 2 else "json"
-        if fmt == "python" and any(not p.isidentifier() for t in tools for p in t.parameters.get("properties", {})):
+        if fmt == "python" and not all(_kwarg(p) for t in tools for p in t.parameters.get("properties", {})):
             fmt = "json"
         compiled = compiler.compile(tools, fmt)
         guide = random_walk(compiled.guide(), rng, max_tokens=20000)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tooldec.automaton.compile import compile_dfa
-from tooldec.automaton.dfa import DFA
+from tooldec.automaton.dfa import DEAD, DFA
+from tooldec.errors import EmptyGrammarError
 from tooldec.grammar.calls import CallFormat, ParsedCall, get_format, tools_grammar
 from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
 from tooldec.guide import Guide
@@ -79,13 +80,15 @@ class Compiler:
     def compile(
         self, tools: Iterable[ToolSpec] | ToolSet, format: str | CallFormat = "json", *, use_cache: bool = True
     ) -> CompiledGrammar:
-        """The grammar of one call of any of `tools` in `format`; raises ToolSpecError / UnsupportedSchemaError."""
+        """The grammar of one call of any of `tools` in `format`; raises ToolSpecError / UnsupportedSchemaError / EmptyGrammarError."""
         toolset = tools if isinstance(tools, ToolSet) else ToolSet(list(tools))
         fmt = get_format(format)
         key = self._key(f"tools:{fmt!r}", [t.to_openai() for t in toolset])
 
         def build() -> CompiledGrammar:
             dfa = compile_dfa(tools_grammar(toolset, fmt, max_ref_depth=self.max_ref_depth))
+            if dfa.start == DEAD:
+                raise EmptyGrammarError("no call of this tool set can be valid (its schemas admit no value)")
             return CompiledGrammar(dfa, TokenIndex(dfa, self.vocab), _parse_call(fmt), toolset, fmt)
 
         return self._cached(key, build, use_cache)
@@ -101,6 +104,8 @@ class Compiler:
                 schema, max_ref_depth=self.max_ref_depth, additional_properties=additional_properties
             )
             dfa = compile_dfa(comp.value())
+            if dfa.start == DEAD:
+                raise EmptyGrammarError("no value satisfies this schema", path="#")
             return CompiledGrammar(dfa, TokenIndex(dfa, self.vocab), json.loads)
 
         return self._cached(key, build, use_cache)

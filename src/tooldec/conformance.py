@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tooldec.compiler import Compiler
-from tooldec.errors import ToolSpecError, UnsupportedSchemaError
+from tooldec.compiler import CompiledGrammar, Compiler
+from tooldec.errors import EmptyGrammarError, ToolSpecError, UnsupportedSchemaError
 from tooldec.grammar.canonical import CanonicalWriter
 from tooldec.guide import Guide
 
@@ -82,10 +82,14 @@ def check_file(path: Path, compiler: Compiler, *, timeout_s: float = 10.0) -> Fi
         tests = doc.get("tests", [])
     except (OSError, ValueError, KeyError) as exc:
         return FileResult(file=path.name, status="crashed", reason=f"unreadable: {exc}")
+    compiled: CompiledGrammar | None = None
     try:
         t0 = time.perf_counter()
         with time_limit(timeout_s):
-            compiled = compiler.compile_schema(schema, use_cache=False)
+            try:
+                compiled = compiler.compile_schema(schema, use_cache=False)
+            except EmptyGrammarError:
+                res.reason = "the schema admits no value: every instance is rejected"
         res.compile_ms = (time.perf_counter() - t0) * 1000
     except UnsupportedSchemaError as exc:
         return FileResult(file=path.name, status="unsupported", reason=f"{exc.keyword}: {exc}")
@@ -109,7 +113,7 @@ def check_file(path: Path, compiler: Compiler, *, timeout_s: float = 10.0) -> Fi
                 except (ValueError, TypeError):
                     ok = False  # no JSON spelling (NaN, ...): not an instance the grammar can produce
                 else:
-                    ok = feed(compiled.guide(), ids)
+                    ok = compiled is not None and feed(compiled.guide(), ids)
         except _Timeout:
             ok = False
             res.failures.append(f"test {i}: timeout")

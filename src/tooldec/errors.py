@@ -42,6 +42,15 @@ class SchemaError(ToolSpecError):
     """A JSON Schema that is not valid JSON Schema (wrong keyword types, unresolvable $ref...)."""
 
 
+class EmptyGrammarError(ToolDecError, ValueError):
+    """Schemas that admit no value at all, so no call or instance could ever be generated."""
+
+    def __init__(self, message: str, *, tool: str | None = None, path: str | None = None) -> None:
+        self.tool = tool
+        self.path = path
+        super().__init__(message + _where(tool, path))
+
+
 class VocabularyError(ToolDecError, ValueError):
     """A tokenizer whose tokens cannot be mapped to bytes, or a missing EOS token."""
 

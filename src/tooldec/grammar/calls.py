@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import ast
 import json
+import keyword
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from tooldec.errors import ToolDecError, ToolSpecError
+from tooldec.errors import EmptyGrammarError, ToolDecError, ToolSpecError
 from tooldec.grammar.canonical import CanonicalWriter
-from tooldec.grammar.ir import Fields, Node, alt, lit, seq
+from tooldec.grammar.ir import NOTHING, Fields, Node, alt, lit, seq
 from tooldec.grammar.schema import SchemaCompiler
 from tooldec.grammar.syntax import JSON, PYTHON
 from tooldec.specs import ToolSpec
@@ -98,9 +99,11 @@ class PythonCall:
         fields = []
         for pname, sub in props.items():
             path = f"#/parameters/properties/{pname}"
-            if not _PY_IDENT.match(pname):
+            if not _PY_IDENT.match(pname) or keyword.iskeyword(pname):
                 raise ToolSpecError(
-                    f"parameter {pname!r} is not a Python identifier; use the json format", tool=tool.name, path=path
+                    f"parameter {pname!r} cannot be a Python keyword argument; use the json format",
+                    tool=tool.name,
+                    path=path,
                 )
             value = comp.value(sub, path)
             fields.append((seq(lit(pname + "="), value), pname in required))
@@ -170,5 +173,11 @@ def get_format(name: str | CallFormat) -> CallFormat:
 
 
 def tools_grammar(tools: Iterable[ToolSpec], fmt: CallFormat, *, max_ref_depth: int = 3) -> Node:
-    """IR of a call of any one of the tools."""
-    return alt(*(fmt.call(t, max_ref_depth=max_ref_depth) for t in tools))
+    """IR of a call of any one of the tools; raises EmptyGrammarError for a tool that no call can satisfy."""
+    calls = []
+    for tool in tools:
+        node = fmt.call(tool, max_ref_depth=max_ref_depth)
+        if node == NOTHING:
+            raise EmptyGrammarError("no value satisfies the parameters schema", tool=tool.name, path="#/parameters")
+        calls.append(node)
+    return alt(*calls)

@@ -420,9 +420,11 @@ class SchemaCompiler:
             fields.append((seq(lit(syn.dumps(name) + syn.key_sep), value), name in req))
         missing = [r for r in required if r not in props]
         if missing:
-            if extra is False:
+            # a required key with no declared schema takes additionalProperties (any value when absent)
+            declared_extra = schema.get("additionalProperties", True)
+            extra_value = self._compile(declared_extra, _ptr(path, "additionalProperties"))
+            if extra_value == NOTHING:
                 return NOTHING
-            extra_value = self._compile(extra, _ptr(path, "additionalProperties"))
             for name in missing:
                 fields.append((seq(lit(syn.dumps(name) + syn.key_sep), extra_value), True))
         n_possible = len(fields)
