@@ -78,9 +78,19 @@ class Compiler:
         return result
 
     def compile(
-        self, tools: Iterable[ToolSpec] | ToolSet, format: str | CallFormat = "json", *, use_cache: bool = True
+        self,
+        tools: Iterable[ToolSpec] | ToolSet,
+        format: str | CallFormat = "json",
+        *,
+        use_cache: bool = True,
+        precompute: bool = False,
     ) -> CompiledGrammar:
-        """The grammar of one call of any of `tools` in `format`; raises ToolSpecError / UnsupportedSchemaError / EmptyGrammarError."""
+        """The grammar of one call of any of `tools` in `format`.
+
+        With `precompute`, every state reachable by tokens gets its index entry now (Outlines-style, all up
+        front); otherwise a state's entry is built on its first visit and cached. Raises ToolSpecError,
+        UnsupportedSchemaError or EmptyGrammarError.
+        """
         toolset = tools if isinstance(tools, ToolSet) else ToolSet(list(tools))
         fmt = get_format(format)
         key = self._key(f"tools:{fmt!r}", [t.to_openai() for t in toolset])
@@ -89,7 +99,10 @@ class Compiler:
             dfa = compile_dfa(tools_grammar(toolset, fmt, max_ref_depth=self.max_ref_depth))
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no call of this tool set can be valid (its schemas admit no value)")
-            return CompiledGrammar(dfa, TokenIndex(dfa, self.vocab), _parse_call(fmt), toolset, fmt)
+            index = TokenIndex(dfa, self.vocab)
+            if precompute:
+                index.reachable_states()
+            return CompiledGrammar(dfa, index, _parse_call(fmt), toolset, fmt)
 
         return self._cached(key, build, use_cache)
 
