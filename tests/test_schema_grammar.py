@@ -258,3 +258,13 @@ def test_python_keywords_cannot_be_keyword_arguments(bytelevel_vocab: Vocabulary
     with pytest.raises(ToolSpecError, match="from"):
         Compiler(bytelevel_vocab).compile([ToolSpec("h", "", params)], "python")
     Compiler(bytelevel_vocab).compile([ToolSpec("h", "", params)], "json")
+
+
+def test_tuple_items_with_additional_items(bytelevel_vocab: Vocabulary) -> None:
+    schema = {"type": "array", "items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False}
+    dfa = Compiler(bytelevel_vocab).compile_schema(schema).dfa
+    assert dfa.accepts(b'[1, "a"]') and dfa.accepts(b"[1]") and dfa.accepts(b"[]")
+    assert not dfa.accepts(b'[1, "a", 2]') and not dfa.accepts(b'["a"]')
+    schema["additionalItems"] = {"type": "boolean"}
+    dfa = Compiler(bytelevel_vocab).compile_schema(schema).dfa
+    assert dfa.accepts(b'[1, "a", true, false]') and not dfa.accepts(b'[1, "a", 2]')

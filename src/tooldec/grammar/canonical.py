@@ -80,7 +80,7 @@ class CanonicalWriter:
         prefix = schema.get("prefixItems")
         items = schema.get("items", True)
         if isinstance(items, list):
-            prefix, items = items, True
+            prefix, items = items, schema.get("additionalItems", True)
         if isinstance(prefix, list) and i < len(prefix):
             return prefix[i]
         return items

@@ -47,7 +47,7 @@ UNSUPPORTED = frozenset(
     {
         "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "patternProperties",
         "propertyNames", "contains", "minContains", "maxContains", "unevaluatedProperties",
-        "unevaluatedItems", "$dynamicRef", "$recursiveRef", "additionalItems",
+        "unevaluatedItems", "$dynamicRef", "$recursiveRef",
     }
 )
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
@@ -380,7 +380,8 @@ class SchemaCompiler:
         items = schema.get("items", True)
         prefix = schema.get("prefixItems", [])
         if isinstance(items, list):
-            prefix, items = items, True
+            # draft 4-7 tuple form; additionalItems only has a meaning here
+            prefix, items = items, schema.get("additionalItems", True)
         if schema.get("uniqueItems") is True and not (hi is not None and hi <= 1):
             raise self._unsupported("uniqueItems", _ptr(path, "uniqueItems"))
         prefix_nodes = [self._compile(p, _ptr(path, "prefixItems", i)) for i, p in enumerate(prefix)]
