@@ -11,6 +11,7 @@ from typing import Any
 
 from jsonschema.validators import validator_for
 
+from tooldec.grammar.refs import resolve_pointer
 from tooldec.grammar.syntax import JSON, ValueSyntax
 
 
@@ -34,15 +35,10 @@ class CanonicalWriter:
             ref = schema["$ref"]
             if not ref.startswith("#"):
                 return schema
-            node: Any = self.root
-            for raw in ref[1:].split("/")[1:]:
-                part = raw.replace("~1", "/").replace("~0", "~")
-                if isinstance(node, dict) and part in node:
-                    node = node[part]
-                elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                    node = node[int(part)]
-                else:
-                    return {}
+            try:
+                node = resolve_pointer(self.root, ref)
+            except LookupError:
+                return {}
             siblings = {k: v for k, v in schema.items() if k != "$ref"}
             if siblings and isinstance(node, dict):
                 node = {**node, "allOf": [siblings]} if "allOf" not in node else node

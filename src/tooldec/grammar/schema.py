@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from typing import Any
-from urllib.parse import unquote
 
 import jsonschema
 from jsonschema.validators import validator_for
@@ -28,6 +27,7 @@ from tooldec.grammar.ir import (
     seq,
 )
 from tooldec.grammar.numbers import any_number, integer_range, number_range
+from tooldec.grammar.refs import resolve_pointer
 from tooldec.grammar.regex import format_ir, pattern_ir
 from tooldec.grammar.strings import codepoints_ir, string_content
 from tooldec.grammar.syntax import JSON, ValueSyntax
@@ -140,19 +140,12 @@ class SchemaCompiler:
     def _resolve(self, ref: str, path: str) -> Any:
         if not isinstance(ref, str) or not ref.startswith("#"):
             raise self._unsupported("$ref", path, f"only local references are supported, not {ref!r}")
-        node = self.root
-        frag = ref[1:]
-        if frag and not frag.startswith("/"):
+        if ref[1:] and not ref.startswith("#/"):
             raise self._unsupported("$ref", path, f"anchor references are not supported: {ref!r}")
-        for raw in frag.split("/")[1:]:
-            part = unquote(raw).replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                raise self._bad(f"$ref {ref!r} does not resolve", path)
-        return node
+        try:
+            return resolve_pointer(self.root, ref)
+        except LookupError as exc:
+            raise self._bad(str(exc), path) from None
 
     def _ref(self, schema: dict, path: str) -> Node:
         ref = schema["$ref"]
