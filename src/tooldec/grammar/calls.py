@@ -63,11 +63,13 @@ class JsonCall:
     name_key: str = "name"
     arguments_key: str = "arguments"
 
+    def _head(self, tool: ToolSpec) -> str:
+        return "{" + json.dumps(self.name_key) + ": " + json.dumps(tool.name) + ", " + json.dumps(self.arguments_key) + ": "
+
     def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
         """IR of every valid call of `tool`."""
         args = SchemaCompiler(tool.parameters, syntax=JSON, tool=tool.name, max_ref_depth=max_ref_depth)
-        head = "{" + json.dumps(self.name_key) + ": " + json.dumps(tool.name) + ", "
-        return seq(lit(head + json.dumps(self.arguments_key) + ": "), args.value(path="#/parameters"), lit("}"))
+        return seq(lit(self._head(tool)), args.value(path="#/parameters"), lit("}"))
 
     def parse(self, text: str) -> ParsedCall:
         """The call written in `text`; raises CallParseError."""
@@ -79,10 +81,7 @@ class JsonCall:
 
     def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
         """The canonical text of a call (what the grammar generates for these arguments)."""
-        args = CanonicalWriter(tool.parameters, JSON).dumps(arguments)
-        return "{" + json.dumps(self.name_key) + ": " + json.dumps(tool.name) + ", " + json.dumps(
-            self.arguments_key
-        ) + ": " + args + "}"
+        return self._head(tool) + CanonicalWriter(tool.parameters, JSON).dumps(arguments) + "}"
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from tooldec.grammar.ir import (
 from tooldec.grammar.numbers import any_number, integer_range, number_range
 from tooldec.grammar.refs import resolve_pointer
 from tooldec.grammar.regex import format_ir, pattern_ir
-from tooldec.grammar.strings import codepoints_ir, string_content
+from tooldec.grammar.strings import codepoints_ir, complement_ranges, string_content
 from tooldec.grammar.syntax import JSON, ValueSyntax
 
 DEFAULT_REF_DEPTH = 3
@@ -412,22 +412,23 @@ class SchemaCompiler:
                     return NOTHING
                 continue
             fields.append((seq(lit(syn.dumps(name) + syn.key_sep), value), name in req))
+        extra_path = _ptr(path, "additionalProperties")
+        extra_value = NOTHING if extra is False else self._compile(extra, extra_path)
         missing = [r for r in required if r not in props]
         if missing:
             # a required key with no declared schema takes additionalProperties (any value when absent)
-            declared_extra = schema.get("additionalProperties", True)
-            extra_value = self._compile(declared_extra, _ptr(path, "additionalProperties"))
-            if extra_value == NOTHING:
+            required_value = (
+                extra_value if extra is not False else self._compile(schema.get("additionalProperties", True), extra_path)
+            )
+            if required_value == NOTHING:
                 return NOTHING
             for name in missing:
-                fields.append((seq(lit(syn.dumps(name) + syn.key_sep), extra_value), True))
-        n_possible = len(fields)
-        if extra is not False:
-            extra_value = self._compile(extra, _ptr(path, "additionalProperties"))
-            if extra_value != NOTHING:
-                key = seq(lit('"'), _string_except(set(props) | set(missing)), lit('"' + syn.key_sep))
-                fields.append((Repeat(seq(key, extra_value), 1, None, self._sep), False))
-                n_possible = None  # type: ignore[assignment]
+                fields.append((seq(lit(syn.dumps(name) + syn.key_sep), required_value), True))
+        n_possible: int | None = len(fields)
+        if extra_value != NOTHING:
+            key = seq(lit('"'), _string_except(set(props) | set(missing)), lit('"' + syn.key_sep))
+            fields.append((Repeat(seq(key, extra_value), 1, None, self._sep), False))
+            n_possible = None
         n_required = sum(1 for _, r in fields if r)
         lo, hi = schema.get("minProperties", 0), schema.get("maxProperties")
         if lo > n_required:
@@ -484,22 +485,10 @@ def _string_except(keys: set[str]) -> Node:
         pre = seq(*(codepoints_ir([(ord(c), ord(c))]) for c in prefix))
         if prefix not in keys:
             parts.append(pre)
-        ranges = _complement(sorted(ord(c) for c in nxt))
+        ranges = complement_ranges((ord(c), ord(c)) for c in nxt)
         if ranges:
             parts.append(seq(pre, codepoints_ir(ranges), free))
     return alt(*parts)
-
-
-def _complement(points: list[int]) -> list[tuple[int, int]]:
-    out: list[tuple[int, int]] = []
-    lo = 0
-    for p in points:
-        if p > lo:
-            out.append((lo, p - 1))
-        lo = p + 1
-    if lo <= 0x10FFFF:
-        out.append((lo, 0x10FFFF))
-    return out
 
 
 def _schema_types(s: Any) -> set[str] | None:
