@@ -268,3 +268,11 @@ def test_tuple_items_with_additional_items(bytelevel_vocab: Vocabulary) -> None:
     schema["additionalItems"] = {"type": "boolean"}
     dfa = Compiler(bytelevel_vocab).compile_schema(schema).dfa
     assert dfa.accepts(b'[1, "a", true, false]') and not dfa.accepts(b'[1, "a", 2]')
+
+
+def test_canonical_order_reaches_into_branches_and_items(bytelevel_vocab: Vocabulary) -> None:
+    item = {"type": "object", "properties": {"b": {"const": 0}, "a": {"enum": [0]}}, "required": ["b", "a"], "additionalProperties": False}
+    schema = {"anyOf": [{"type": "integer"}, {"type": "array", "items": item, "maxItems": 1}]}
+    text = CanonicalWriter(schema).dumps([{"a": 0, "b": 0}])
+    assert text == '[{"b": 0, "a": 0}]'
+    assert Compiler(bytelevel_vocab).compile_schema(schema).dfa.accepts(text.encode())

@@ -51,52 +51,57 @@ class CanonicalWriter:
         except Exception:  # noqa: BLE001 - a malformed subschema only makes it a poor guide for the order
             return False
 
-    def _layout(self, value: Any, schema: Any, depth: int) -> list[tuple[str, Any]]:
-        """Declared property names with their subschemas, in grammar order."""
+    def _parts(self, value: Any, schema: Any, depth: int = 0) -> list[dict]:
+        """The schema and the subschemas that shape `value` with it, in grammar order.
+
+        Those are its `allOf` parts and the first `anyOf` / `oneOf` branch that `value` satisfies, recursively,
+        the order in which the schema compiler merges their properties.
+        """
         schema = self._resolve(schema)
         if not isinstance(schema, dict) or depth > 32:
             return []
-        out: list[tuple[str, Any]] = []
-        props = schema.get("properties")
-        if isinstance(props, dict):
-            out.extend(props.items())
+        out = [schema]
         for part in schema.get("allOf", []) or []:
-            out.extend(self._layout(value, self._resolve(part), depth + 1))
+            out.extend(self._parts(value, part, depth + 1))
         for key in ("anyOf", "oneOf"):
             for branch in schema.get(key, []) or []:
                 if self._valid(value, branch):
-                    out.extend(self._layout(value, branch, depth + 1))
+                    out.extend(self._parts(value, branch, depth + 1))
                     break
         return out
 
-    def _items_schema(self, schema: Any, i: int) -> Any:
-        schema = self._resolve(schema)
-        if not isinstance(schema, dict):
-            return True
-        prefix = schema.get("prefixItems")
-        items = schema.get("items", True)
-        if isinstance(items, list):
-            prefix, items = items, schema.get("additionalItems", True)
-        if isinstance(prefix, list) and i < len(prefix):
-            return prefix[i]
-        return items
+    @staticmethod
+    def _items_schema(parts: list[dict], i: int) -> Any:
+        """The subschema of item `i` from the first part that declares items."""
+        for schema in parts:
+            prefix = schema.get("prefixItems")
+            items = schema.get("items")
+            if isinstance(items, list):
+                prefix, items = items, schema.get("additionalItems", True)
+            if isinstance(prefix, list) and i < len(prefix):
+                return prefix[i]
+            if items is not None:
+                return items
+        return True
 
     def _dump(self, value: Any, schema: Any, depth: int) -> str:
         syn = self.syntax
         if isinstance(value, dict):
-            layout = self._layout(value, schema, 0)
+            parts = self._parts(value, schema)
             seen: dict[str, Any] = {}
-            for name, sub in layout:
-                seen.setdefault(name, sub)
-            resolved = self._resolve(schema)
-            extra = resolved.get("additionalProperties", True) if isinstance(resolved, dict) else True
+            for part in parts:
+                props = part.get("properties")
+                for name, sub in props.items() if isinstance(props, dict) else ():
+                    seen.setdefault(name, sub)
+            extra = next((p["additionalProperties"] for p in parts if "additionalProperties" in p), True)
             keys = [k for k in seen if k in value] + [k for k in value if k not in seen]
-            parts = [
+            fields = [
                 syn.dumps(str(k)) + syn.key_sep + self._dump(value[k], seen.get(k, extra), depth + 1) for k in keys
             ]
-            return "{" + syn.item_sep.join(parts) + "}"
+            return "{" + syn.item_sep.join(fields) + "}"
         if isinstance(value, list):
+            parts = self._parts(value, schema)
             return "[" + syn.item_sep.join(
-                self._dump(v, self._items_schema(schema, i), depth + 1) for i, v in enumerate(value)
+                self._dump(v, self._items_schema(parts, i), depth + 1) for i, v in enumerate(value)
             ) + "]"
         return syn.dumps(value)
