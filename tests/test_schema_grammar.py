@@ -153,8 +153,8 @@ def test_every_valid_call_is_accepted(vocab: Vocabulary, tools: list[ToolSpec], 
     text = get_format(fmt).render(tool, args)
     assume(not any(0xD800 <= ord(c) <= 0xDFFF for c in text))
     assert feed(compiled.guide(), vocab.encode(text)), text
-    assert compiled.guide().result.__self__ is not None
-    assert get_format(fmt).parse(text).name == tool.name
+    parsed = get_format(fmt).parse(text)
+    assert parsed.name == tool.name and parsed.arguments == args
 
 
 def test_unknown_tool_name_is_rejected(bytelevel_vocab: Vocabulary) -> None:

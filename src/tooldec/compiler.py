@@ -15,7 +15,7 @@ from typing import Any
 from tooldec.automaton.compile import compile_dfa
 from tooldec.automaton.dfa import DEAD, DFA
 from tooldec.errors import EmptyGrammarError
-from tooldec.grammar.calls import CallFormat, ParsedCall, get_format, tools_grammar
+from tooldec.grammar.calls import CallFormat, get_format, tools_grammar
 from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
 from tooldec.guide import Guide
 from tooldec.index.token_index import TokenIndex
@@ -102,7 +102,7 @@ class Compiler:
             index = TokenIndex(dfa, self.vocab)
             if precompute:
                 index.reachable_states()
-            return CompiledGrammar(dfa, index, _parse_call(fmt), toolset, fmt)
+            return CompiledGrammar(dfa, index, fmt.parse, toolset, fmt)
 
         return self._cached(key, build, use_cache)
 
@@ -123,6 +123,3 @@ class Compiler:
 
         return self._cached(key, build, use_cache)
 
-
-def _parse_call(fmt: CallFormat) -> Callable[[str], ParsedCall]:
-    return fmt.parse

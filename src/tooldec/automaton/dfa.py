@@ -7,7 +7,6 @@ After pruning, every live state can still reach an accepting state: "allowed" al
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,20 +44,6 @@ class DFA:
     def accepts(self, data: bytes) -> bool:
         """Whether the whole of `data` is in the language."""
         return bool(self.accepting[self.step(self.start, data)])
-
-    def live_bytes(self, state: int) -> list[int]:
-        """The bytes that keep `state` alive."""
-        row = self.trans[state]
-        return [b for b in range(256) if row[self.classes[b]] != DEAD]
-
-    @property
-    def fingerprint(self) -> str:
-        """A hash of the automaton, for cache keys."""
-        h = hashlib.sha256()
-        for arr in (self.trans, self.classes, self.accepting):
-            h.update(np.ascontiguousarray(arr).tobytes())
-        h.update(str(self.start).encode())
-        return h.hexdigest()
 
 
 class _Closures:

@@ -24,8 +24,7 @@ class _VocabArrays:
     """A vocabulary's token bytes flattened, tokens ordered by decreasing length (built once per vocabulary)."""
 
     order: np.ndarray  # int64 token ids, longest first
-    lens: np.ndarray  # int64 lengths in that order
-    neg_lens: np.ndarray  # -lens (ascending), for searchsorted
+    neg_lens: np.ndarray  # minus the lengths in that order (ascending), for searchsorted
     flat: np.ndarray  # uint8 bytes of the tokens in that order
     offsets: np.ndarray  # int64 start of each token in flat
 
@@ -47,7 +46,7 @@ def vocab_arrays(vocab: Vocabulary) -> _VocabArrays:
     offsets = np.zeros(len(order), dtype=np.int64)
     if len(order) > 1:
         offsets[1:] = np.cumsum(lens)[:-1]
-    arrays = _VocabArrays(order=order, lens=lens, neg_lens=-lens, flat=flat, offsets=offsets)
+    arrays = _VocabArrays(order=order, neg_lens=-lens, flat=flat, offsets=offsets)
     _VOCAB_ARRAYS[vocab] = arrays
     return arrays
 
