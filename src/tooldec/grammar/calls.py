@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from tooldec.errors import EmptyGrammarError, ToolDecError, ToolSpecError
 from tooldec.grammar.canonical import CanonicalWriter
-from tooldec.grammar.ir import NOTHING, Fields, Node, alt, lit, seq
+from tooldec.grammar.ir import NOTHING, Fields, Node, Repeat, alt, lit, opt, seq
 from tooldec.grammar.schema import SchemaCompiler
 from tooldec.grammar.syntax import JSON, PYTHON
 from tooldec.specs import ToolSpec
@@ -27,10 +27,18 @@ _PY_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class ParsedCall:
-    """A tool call read back from generated text."""
+    """A tool call read back from generated text; `positional` holds arguments given by position (ToolkenGPT)."""
 
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
+    positional: tuple[Any, ...] = ()
+
+    def bind(self, tool: ToolSpec) -> dict[str, Any]:
+        """All arguments by name: positional ones take the tool's parameters in declaration order."""
+        names = list(tool.parameters.get("properties", {}))
+        if len(self.positional) > len(names):
+            raise CallParseError(f"{self.name} takes at most {len(names)} arguments, got {len(self.positional)}")
+        return {**dict(zip(names, self.positional, strict=False)), **self.arguments}
 
 
 class CallParseError(ToolDecError, ValueError):
@@ -154,15 +162,134 @@ class Wrapped:
         return self.prefix + self.inner.render(tool, arguments) + self.suffix
 
 
+@dataclass(frozen=True)
+class ToolkenCall:
+    """ToolkenGPT's inline call `<tool>(a,b)=`: positional Python literals in parameter order.
+
+    Required parameters are always given; optional ones may follow in order (so `add` with two required and
+    two optional operands takes 2, 3 or 4). The tool's result is written after `=` by the caller.
+    """
+
+    name: str = "toolken"
+
+    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
+        """IR of every valid call of `tool`."""
+        comp = SchemaCompiler(tool.parameters, syntax=PYTHON, tool=tool.name, max_ref_depth=max_ref_depth)
+        props = tool.parameters.get("properties", {})
+        required = set(tool.parameters.get("required", []))
+        values = [(comp.value(sub, f"#/parameters/properties/{p}"), p in required) for p, sub in props.items()]
+        seen_optional = False
+        for _, req in values:
+            if req and seen_optional:
+                raise ToolSpecError("positional calls need required parameters first", tool=tool.name)
+            seen_optional |= not req
+        tail: Node = seq()
+        for i in range(len(values) - 1, -1, -1):
+            value, req = values[i]
+            item = seq(lit(",") if i else seq(), value, tail)
+            tail = item if req else opt(item)
+        return seq(lit("<" + tool.name + ">("), tail, lit(")="))
+
+    def parse(self, text: str) -> ParsedCall:
+        """The call written in `text`; raises CallParseError."""
+        m = re.fullmatch(r"<([^>]+)>\((.*)\)=", text, flags=re.DOTALL)
+        if not m:
+            raise CallParseError(f"not a ToolkenGPT call: {text!r}")
+        try:
+            values = ast.literal_eval("(" + m.group(2) + ",)") if m.group(2) else ()
+        except (SyntaxError, ValueError) as exc:
+            raise CallParseError(f"bad arguments in {text!r}") from exc
+        return ParsedCall(m.group(1), {}, tuple(values))
+
+    def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
+        """The canonical text of a call (what the grammar generates for these arguments)."""
+        writer = CanonicalWriter(tool.parameters, PYTHON)
+        props = tool.parameters.get("properties", {})
+        parts = [writer.dumps(arguments[k], props[k]) for k in props if k in arguments]
+        return "<" + tool.name + ">(" + ",".join(parts) + ")="
+
+
+@dataclass(frozen=True)
+class ReactCall:
+    """ReAct's action: `Action: <tool>\nAction Input: {json}\n` (the planner writes the Observation)."""
+
+    name: str = "react"
+
+    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
+        """IR of every valid call of `tool`."""
+        args = SchemaCompiler(tool.parameters, syntax=JSON, tool=tool.name, max_ref_depth=max_ref_depth)
+        return seq(lit(f"Action: {tool.name}\nAction Input: "), args.value(path="#/parameters"), lit("\n"))
+
+    def parse(self, text: str) -> ParsedCall:
+        """The call written in `text`; raises CallParseError."""
+        m = re.fullmatch(r"Action: *([^\n]+)\nAction Input: *(.*?)\n?", text, flags=re.DOTALL)
+        if not m:
+            raise CallParseError(f"not a ReAct action: {text!r}")
+        try:
+            args = json.loads(m.group(2))
+        except ValueError as exc:
+            raise CallParseError(f"Action Input is not JSON: {text!r}") from exc
+        if not isinstance(args, dict):
+            raise CallParseError(f"Action Input is not an object: {text!r}")
+        return ParsedCall(m.group(1).strip(), args)
+
+    def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
+        """The canonical text of a call (what the grammar generates for these arguments)."""
+        args = CanonicalWriter(tool.parameters, JSON).dumps(arguments)
+        return f"Action: {tool.name}\nAction Input: {args}\n"
+
+
+@dataclass(frozen=True)
+class ParallelCalls:
+    """Several calls in one list, e.g. Mistral's `[TOOL_CALLS][{...}, {...}]` (the control token is the trigger)."""
+
+    inner: CallFormat
+    open: str = "["
+    close: str = "]"
+    sep: str = ", "
+    max_calls: int = 8
+    name: str = "parallel"
+
+    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
+        """IR of one call of `tool` (the list around calls is `around`)."""
+        return self.inner.call(tool, max_ref_depth=max_ref_depth)
+
+    def around(self, any_call: Node) -> Node:
+        """The list of one to `max_calls` calls."""
+        return seq(lit(self.open), Repeat(any_call, 1, self.max_calls, lit(self.sep)), lit(self.close))
+
+    def parse(self, text: str) -> ParsedCall:
+        """The first call of the list; `parse_all` gives every call."""
+        return self.parse_all(text)[0]
+
+    def parse_all(self, text: str) -> list[ParsedCall]:
+        """Every call of the list; raises CallParseError."""
+        try:
+            items = json.loads(text)
+        except ValueError as exc:
+            raise CallParseError(f"not a JSON list of calls: {text!r}") from exc
+        if not isinstance(items, list) or not items:
+            raise CallParseError(f"not a non-empty list of calls: {text!r}")
+        return [self.inner.parse(json.dumps(item)) for item in items]
+
+    def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
+        """The canonical text of a list holding one call."""
+        return self.open + self.inner.render(tool, arguments) + self.close
+
+
 FORMATS: dict[str, CallFormat] = {
     "json": JsonCall(),
     "python": PythonCall(),
     "hermes": Wrapped(JsonCall(), "<tool_call>\n", "\n</tool_call>", name="hermes"),
+    "toolken": ToolkenCall(),
+    "react": ReactCall(),
+    "llama31": JsonCall(name="llama31", arguments_key="parameters"),
+    "mistral": ParallelCalls(JsonCall(), name="mistral"),
 }
 
 
 def get_format(name: str | CallFormat) -> CallFormat:
-    """A format by name ('json', 'python', 'hermes') or the format itself."""
+    """A format by name (see FORMATS) or the format itself."""
     if not isinstance(name, str):
         return name
     try:
@@ -179,4 +306,5 @@ def tools_grammar(tools: Iterable[ToolSpec], fmt: CallFormat, *, max_ref_depth: 
         if node == NOTHING:
             raise EmptyGrammarError("no value satisfies the parameters schema", tool=tool.name, path="#/parameters")
         calls.append(node)
-    return alt(*calls)
+    around = getattr(fmt, "around", None)
+    return around(alt(*calls)) if around is not None else alt(*calls)
