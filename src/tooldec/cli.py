@@ -98,6 +98,55 @@ def check_schemas(
     Console().print(table)
 
 
+@app.command()
+def bench(
+    engines: str = typer.Option("tooldec,xgrammar,llguidance,outlines-core", "--engines", help="Comma list."),
+    workloads: str = typer.Option("rich,funcqa,tools200,kamel234,bfcl-multiple", "--workloads"),
+    tokenizers: str = typer.Option("llama3", "--tokenizers", help="Folder names under SHARED/tokenizers."),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="Timed rounds, each on a fresh compile."),
+    bfcl_entries: int = typer.Option(20, "--bfcl-entries", min=0, help="BFCL entries sampled (0: all)."),
+    as_json: bool = typer.Option(False, "--json", help="Last stdout line: the result rows as a JSON list."),
+    out: Path | None = typer.Option(None, "--out", help="Folder for bench.json and bench.md."),
+    shared: Path | None = typer.Option(None, "--shared", help="Reference data (default $TOOLDEC_SHARED, ../shared)."),
+) -> None:
+    """Time tooldec and the installed peers side by side on the same tool-call grammars."""
+    import os
+
+    from tooldec.bench import report
+    from tooldec.bench.engines import ENGINES
+    from tooldec.bench.runner import run, units
+    from tooldec.bench.workloads import load_workload
+
+    root = shared or Path(os.environ.get("TOOLDEC_SHARED", "../shared"))
+    names = [e.strip() for e in engines.split(",") if e.strip()]
+    if unknown := [e for e in names if e not in ENGINES]:
+        _fail(f"unknown engine(s) {unknown}; known: {', '.join(ENGINES)}")
+    for name in names:
+        if (why := ENGINES[name].missing()) is not None:
+            err.print(f"[yellow]note:[/yellow] {name} skipped: {why}")
+    tok_dirs = {t.strip(): root / "tokenizers" / t.strip() for t in tokenizers.split(",") if t.strip()}
+    try:
+        loads = [load_workload(w.strip(), root, bfcl_entries=bfcl_entries) for w in workloads.split(",") if w.strip()]
+    except (ToolDecError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    if missing := [str(d) for d in tok_dirs.values() if not (d / "tokenizer.json").is_file()]:
+        _fail(f"no tokenizer.json in {', '.join(missing)}")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err) as bar:
+        task = bar.add_task("bench", total=units(loads, repeats) * len(names) * len(tok_dirs))
+        results = run(names, loads, tok_dirs, repeats, lambda d, n: bar.update(task, advance=n, description=d))
+    settings = {"engines": names, "workloads": [w.name for w in loads], "tokenizers": list(tok_dirs),
+                "repeats": repeats, "bfcl_entries": bfcl_entries}
+    doc = report.document(results, settings)
+    if out is not None:
+        for path in report.write(doc, out):
+            err.print(f"wrote {path}")
+    if as_json:
+        print(json.dumps(doc["results"]))
+    else:
+        print(report.markdown(doc))
+
+
 def main() -> None:
     """Entry point for `python -m tooldec`."""
     app()

@@ -1,0 +1,67 @@
+"""llguidance: LLTokenizer from the tokenizer.json text (what its HF helper does), LLMatcher per grammar."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tooldec.bench.engines.base import Engine, bit_set, mask_words
+from tooldec.bench.schema import call_schema
+from tooldec.errors import ToolDecError
+from tooldec.specs import ToolSet
+from tooldec.vocab import Vocabulary
+
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+class LLGuidanceSession:
+    """An LLMatcher with its mask row."""
+
+    def __init__(self, matcher: Any, size: int) -> None:
+        self.matcher = matcher
+        self.mask = np.zeros((1, mask_words(size)), dtype=np.int32)
+
+    def fill_mask(self) -> None:
+        """Compute the mask straight into the row."""
+        row = self.mask[0]
+        self.matcher.unsafe_compute_mask_ptr(row.ctypes.data, row.nbytes)
+
+    def allowed(self, token_id: int) -> bool:
+        """Whether the last mask allows `token_id`."""
+        return bit_set(self.mask, token_id)
+
+    def advance(self, token_id: int) -> bool:
+        """consume_token (the matcher enters its error state on a refused token)."""
+        return bool(self.matcher.consume_token(token_id)) and not self.matcher.is_error()
+
+
+class LLGuidanceEngine(Engine):
+    """llguidance's JSON Schema grammar with fixed separators `", "` and `": "` and no free whitespace."""
+
+    name = "llguidance"
+    modules = ("llguidance",)
+    package = "llguidance"
+
+    def __init__(self, tokenizer_dir: Path, vocab: Vocabulary, eos_id: int) -> None:
+        """Build the LLTokenizer (token trie and slices) from the tokenizer.json text."""
+        import llguidance
+
+        text = (tokenizer_dir / "tokenizer.json").read_text(encoding="utf-8")
+        self.tokenizer = llguidance.LLTokenizer(text, n_vocab=vocab.size, eos_token=eos_id)
+        self.size = vocab.size
+
+    def compile(self, tools: ToolSet) -> Any:
+        """grammar_from_json_schema, then the LLMatcher that compiles it (a spare, deep-copied per session)."""
+        import llguidance
+
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(call_schema(tools), defaults=JSON_OPTIONS)
+        matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
+        if matcher.is_error():
+            raise ToolDecError(f"llguidance: {matcher.get_error()}")
+        return matcher
+
+    def start(self, compiled: Any) -> LLGuidanceSession:
+        """A deep copy of the compiled matcher at its start."""
+        return LLGuidanceSession(compiled.deep_copy(), self.size)

@@ -1,0 +1,63 @@
+"""xgrammar: TokenizerInfo from a transformers fast tokenizer, GrammarCompiler without cache, GrammarMatcher."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tooldec.bench.engines.base import Engine, bit_set, mask_words
+from tooldec.bench.schema import call_schema
+from tooldec.specs import ToolSet
+from tooldec.vocab import Vocabulary
+
+
+class XGrammarSession:
+    """A GrammarMatcher with its mask row."""
+
+    def __init__(self, compiled: Any, size: int) -> None:
+        import xgrammar
+
+        self.matcher = xgrammar.GrammarMatcher(compiled)
+        self.mask = np.zeros((1, mask_words(size)), dtype=np.int32)
+
+    def fill_mask(self) -> None:
+        """fill_next_token_bitmask into the row."""
+        self.matcher.fill_next_token_bitmask(self.mask)
+
+    def allowed(self, token_id: int) -> bool:
+        """Whether the last mask allows `token_id`."""
+        return bit_set(self.mask, token_id)
+
+    def advance(self, token_id: int) -> bool:
+        """accept_token."""
+        return bool(self.matcher.accept_token(token_id))
+
+
+class XGrammarEngine(Engine):
+    """xgrammar's JSON Schema grammar, no whitespace freedom, separators `", "` and `": "`, strict objects."""
+
+    name = "xgrammar"
+    modules = ("xgrammar", "transformers")
+    package = "xgrammar"
+
+    def __init__(self, tokenizer_dir: Path, vocab: Vocabulary, eos_id: int) -> None:
+        """Load the tokenizer in transformers and build xgrammar's TokenizerInfo and compiler."""
+        import xgrammar
+        from transformers import PreTrainedTokenizerFast
+
+        hf = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_dir / "tokenizer.json"))
+        info = xgrammar.TokenizerInfo.from_huggingface(hf, vocab_size=vocab.size, stop_token_ids=[eos_id])
+        self.compiler = xgrammar.GrammarCompiler(info, cache_enabled=False)
+        self.size = vocab.size
+
+    def compile(self, tools: ToolSet) -> Any:
+        """compile_json_schema of the call schema."""
+        return self.compiler.compile_json_schema(
+            call_schema(tools), any_whitespace=False, separators=(", ", ": "), strict_mode=True
+        )
+
+    def start(self, compiled: Any) -> XGrammarSession:
+        """A fresh matcher."""
+        return XGrammarSession(compiled, self.size)

@@ -1,0 +1,231 @@
+"""The runner: for each tokenizer, engine and workload, check the engine constrains, then time it.
+
+Per (engine, workload, tokenizer) cell: one-time tokenizer preparation; a check on its own compile (every
+token of each forced call allowed by the mask and accepted, then EOS; a call of an unknown tool refused);
+then `repeats` timed rounds, each compiling every case afresh (cache off) and forcing one call token by token.
+A step is `fill_mask` + `advance`; the first mask of a round is reported apart, the steps after it are
+pooled over rounds and cases for the median and p99.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tooldec.bench.calls import forced_calls, unknown_call_text
+from tooldec.bench.engines import ENGINES, Engine
+from tooldec.bench.measure import median, now_us, p99, rss_bytes
+from tooldec.bench.workloads import Case, Workload
+from tooldec.vocab import Vocabulary
+
+Progress = Callable[[str, int], None]
+"""Called with a description and a number of finished units (compiles)."""
+
+
+class CheckFailed(Exception):
+    """An engine that does not constrain as it must (or cannot compile a case): not timed."""
+
+
+@dataclass
+class CellResult:
+    """The figures of one (engine, workload, tokenizer) cell; times in ms or µs, memory in MB."""
+
+    engine: str
+    workload: str
+    tokenizer: str
+    status: str = "ok"
+    reason: str = ""
+    version: str = ""
+    prep_ms: float | None = None
+    compile_ms: float | None = None
+    mask_us_median: float | None = None
+    mask_us_p99: float | None = None
+    first_mask_us: float | None = None
+    rss_mb: float | None = None
+    repeats: int = 0
+    cases: int = 0
+    steps: int = 0
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat JSON object (the extra figures beside the standard ones)."""
+        d = asdict(self)
+        d.update(d.pop("extra"))
+        return d
+
+
+@dataclass(frozen=True)
+class CaseCalls:
+    """A case with its forced token sequences (each a valid call then EOS) and an unknown-tool call."""
+
+    case: Case
+    calls: tuple[tuple[int, ...], ...]
+    unknown: tuple[int, ...]
+
+
+def prepare_calls(workload: Workload, vocab: Vocabulary, eos_id: int) -> list[CaseCalls]:
+    """Tokenize each case's forced calls once with the tokenizer, EOS appended to the valid ones."""
+    out = []
+    for case in workload.cases:
+        calls = tuple((*vocab.encode(text), eos_id) for text in forced_calls(case.tools, vocab))
+        out.append(CaseCalls(case, calls, tuple(vocab.encode(unknown_call_text(case.tools)))))
+    return out
+
+
+def check_engine(engine: Engine, item: CaseCalls) -> None:
+    """Raise CheckFailed unless every forced token is allowed and accepted and the unknown tool is refused."""
+    try:
+        compiled = engine.compile(item.case.tools)
+    except Exception as exc:  # any peer error fails the case, with its text
+        raise CheckFailed(f"compile {item.case.name}: {type(exc).__name__}: {exc}"[:300]) from exc
+    for tokens in item.calls:
+        session = engine.start(compiled)
+        for k, token in enumerate(tokens):
+            session.fill_mask()
+            if not session.allowed(token):
+                raise CheckFailed(f"{item.case.name}: forced token {k} ({token}) not in the mask")
+            if not session.advance(token):
+                raise CheckFailed(f"{item.case.name}: forced token {k} ({token}) refused by advance")
+    session = engine.start(compiled)
+    for token in item.unknown:
+        session.fill_mask()
+        if not session.allowed(token) or not session.advance(token):
+            return
+    raise CheckFailed(f"{item.case.name}: a call of an unknown tool was allowed")
+
+
+@dataclass
+class _Samples:
+    """Raw timings of one cell."""
+
+    compile_ms: list[float] = field(default_factory=list)
+    first_mask_us: list[float] = field(default_factory=list)
+    first_step_us: list[float] = field(default_factory=list)
+    steps_us: list[float] = field(default_factory=list)
+    mask_us: list[float] = field(default_factory=list)
+    rss: list[int] = field(default_factory=list)
+
+
+def _timed_round(engine: Engine, item: CaseCalls, tokens: Sequence[int], samples: _Samples) -> None:
+    """Compile the case afresh and force `tokens`, recording compile, first mask, steps and memory."""
+    gc.collect()
+    rss0 = rss_bytes()
+    t0 = now_us()
+    compiled = engine.compile(item.case.tools)
+    samples.compile_ms.append((now_us() - t0) / 1000.0)
+    session = engine.start(compiled)
+    for k, token in enumerate(tokens):
+        a = now_us()
+        session.fill_mask()
+        b = now_us()
+        session.advance(token)
+        c = now_us()
+        if k == 0:
+            samples.first_mask_us.append(b - a)
+            samples.first_step_us.append(c - a)
+        else:
+            samples.steps_us.append(c - a)
+            samples.mask_us.append(b - a)
+    samples.rss.append(rss_bytes() - rss0)
+
+
+def run_cell(
+    engine: Engine,
+    items: list[CaseCalls],
+    result: CellResult,
+    repeats: int,
+    progress: Progress | None = None,
+) -> CellResult:
+    """Check then time one engine on one workload's cases; fills and returns `result`."""
+    tick = progress or (lambda _d, _n: None)
+    passed, failed = [], []
+    for item in items:
+        try:
+            check_engine(engine, item)
+            passed.append(item)
+        except CheckFailed as exc:
+            if not str(exc).startswith("compile "):
+                result.status, result.reason = "failed", str(exc)
+                return result
+            failed.append(str(exc))
+        tick(f"{result.engine} {result.workload}: check", 1)
+    if not passed:
+        result.status, result.reason = "failed", failed[0]
+        return result
+    samples = _Samples()
+    for r in range(repeats):
+        for item in passed:
+            _timed_round(engine, item, item.calls[r % len(item.calls)], samples)
+            tick(f"{result.engine} {result.workload}: round {r + 1}", 1)
+    result.compile_ms = median(samples.compile_ms)
+    result.mask_us_median = median(samples.steps_us)
+    result.mask_us_p99 = p99(samples.steps_us)
+    result.first_mask_us = median(samples.first_mask_us)
+    result.rss_mb = max(samples.rss) / 2**20
+    result.repeats, result.cases, result.steps = repeats, len(passed), len(samples.steps_us)
+    result.extra = {
+        "compile_ms_max": max(samples.compile_ms),
+        "first_step_us": median(samples.first_step_us),
+        "mask_only_us_median": median(samples.mask_us),
+        "tokens_per_call": median([float(len(t)) for item in passed for t in item.calls]),
+    }
+    if failed:
+        result.note += ("; " if result.note else "") + f"{len(failed)} of {len(items)} cases failed to compile, e.g. {failed[0]}"
+    return result
+
+
+def units(workloads: list[Workload], repeats: int) -> int:
+    """Progress units of one (engine, tokenizer) pair over `workloads`."""
+    return sum(len(w.cases) * (1 + repeats) for w in workloads)
+
+
+def run(
+    engines: list[str],
+    workloads: list[Workload],
+    tokenizers: dict[str, Path],
+    repeats: int,
+    progress: Progress | None = None,
+) -> list[CellResult]:
+    """Every cell of engines × workloads × tokenizers; missing or failing engines give skipped/failed rows."""
+    tick = progress or (lambda _d, _n: None)
+    results = []
+    for tok_name, tok_dir in tokenizers.items():
+        vocab = Vocabulary.from_file(tok_dir)
+        eos_id = min(vocab.eos_ids)
+        items = {w.name: prepare_calls(w, vocab, eos_id) for w in workloads}
+        for engine_name in engines:
+            cls = ENGINES[engine_name]
+            rows = [CellResult(engine_name, w.name, tok_name, note=w.note) for w in workloads]
+            results.extend(rows)
+            missing = cls.missing()
+            if missing is not None:
+                for row in rows:
+                    row.status, row.reason = "skipped", missing
+                tick(f"{engine_name}: skipped", units(workloads, repeats))
+                continue
+            try:
+                cls.preload()
+                t0 = now_us()
+                engine = cls(tok_dir, vocab, eos_id)
+            except Exception as exc:  # noqa: BLE001 - a peer failing to load is reported, not fatal
+                for row in rows:
+                    row.status, row.reason = "failed", f"tokenizer: {type(exc).__name__}: {exc}"[:300]
+                tick(f"{engine_name}: failed", units(workloads, repeats))
+                continue
+            prep_ms = (now_us() - t0) / 1000.0
+            for workload, row in zip(workloads, rows, strict=True):
+                row.prep_ms, row.version = prep_ms, cls.version()
+                done = [0]
+
+                def counted(description: str, n: int, done: list[int] = done) -> None:
+                    done[0] += n
+                    tick(description, n)
+
+                run_cell(engine, items[workload.name], row, repeats, counted)
+                tick(f"{engine_name} {workload.name}: {row.status}", units([workload], repeats) - done[0])
+            del engine
+    return results
