@@ -68,6 +68,8 @@ def as_calls(calls: Iterable[Any]) -> list[Call]:
     out: list[Call] = []
     for call in calls:
         if hasattr(call, "name") and hasattr(call, "arguments"):
+            if getattr(call, "positional", ()):
+                raise ValueError(f"bind the positional arguments of {call.name!r} before matching")
             out.append((call.name, dict(call.arguments)))
         elif isinstance(call, Mapping) and len(call) == 1:
             ((name, args),) = call.items()
