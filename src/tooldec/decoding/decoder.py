@@ -1,0 +1,165 @@
+"""tooldec's own generation loop: a batch of sequences, a KV cache, jump-forward and tool results in place.
+
+Every step each live row contributes its pending tokens (one sampled token, or several when a forced stretch
+or a tool's result is appended); rows are left-padded to the same width and the padding is masked out, so
+one forward pass serves the whole batch however many tokens each row adds. Position ids follow the
+attention mask, so padding never shifts a row's positions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from tooldec.decoding.controller import CallController, CallEvent
+from tooldec.decoding.sampling import SamplingParams, sample_token
+from tooldec.vocab import Vocabulary
+
+OnCall = Callable[[int, CallEvent], str | None]
+
+
+@dataclass
+class Generation:
+    """One sequence's output and what it cost."""
+
+    tokens: list[int]
+    text: str
+    events: list[CallEvent]
+    finish_reason: str
+    sampled_tokens: int = 0
+    forced_tokens: int = 0
+    injected_tokens: int = 0
+    forward_passes: int = 0
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Decoder:
+    """Generates with a causal LM under CallControllers (one per sequence)."""
+
+    def __init__(self, model: Any, vocab: Vocabulary, *, pad_id: int | None = None) -> None:
+        """`model` is a transformers causal LM (or anything with the same forward signature)."""
+        self.model = model
+        self.vocab = vocab
+        self.pad_id = pad_id if pad_id is not None else min(vocab.eos_ids)
+        self.device = next(model.parameters()).device
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        controllers: Sequence[CallController],
+        params: SamplingParams = SamplingParams(),
+        *,
+        max_new_tokens: int = 256,
+        jump_forward: bool = True,
+        on_call: OnCall | None = None,
+    ) -> list[Generation]:
+        """Decode every prompt until its controller is done or `max_new_tokens` are generated.
+
+        `on_call(row, event)` runs when a row finishes a call; the text it returns (a tool's result) is
+        appended to that row in text mode, and decoding goes on.
+        """
+        if len(prompts) != len(controllers):
+            raise ValueError(f"{len(prompts)} prompts but {len(controllers)} controllers")
+        if any(not p for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        start = time.perf_counter()
+        n = len(prompts)
+        gens = [Generation([], "", [], "length") for _ in range(n)]
+        pending: list[list[int]] = [list(p) for p in prompts]
+        live = [not c.done for c in controllers]
+        generator = params.generator()
+        mask_cols: list[torch.Tensor] = []
+        cache = None
+        for row in range(n):
+            if live[row] and jump_forward:
+                self._take_forced(row, controllers[row], gens[row], pending[row], on_call)
+        while any(live):
+            width = max(len(p) for p in pending)
+            ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+            step_mask = torch.zeros((n, width), dtype=torch.long)
+            for row, toks in enumerate(pending):
+                if toks:
+                    ids[row, width - len(toks) :] = torch.tensor(toks, dtype=torch.long)
+                    step_mask[row, width - len(toks) :] = 1
+            mask_cols.append(step_mask)
+            attention = torch.cat(mask_cols, dim=1)
+            positions = (attention.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
+            out = self.model(
+                input_ids=ids.to(self.device),
+                attention_mask=attention.to(self.device),
+                position_ids=positions.to(self.device),
+                past_key_values=cache,
+                use_cache=True,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1, :].float().cpu()
+            for row in range(n):
+                if live[row]:
+                    gens[row].forward_passes += 1
+            pending = [[] for _ in range(n)]
+            for row in range(n):
+                if not live[row]:
+                    continue
+                ctrl, gen = controllers[row], gens[row]
+                if gen.sampled_tokens + gen.forced_tokens >= max_new_tokens:
+                    live[row] = False
+                    continue
+                token = sample_token(logits[row], ctrl.allowed(), params, generator)
+                gen.sampled_tokens += 1
+                pending[row].append(token)
+                self._feed(row, ctrl, gen, token, pending[row], on_call)
+                if not ctrl.done and jump_forward:
+                    self._take_forced(row, ctrl, gen, pending[row], on_call)
+                if ctrl.done:
+                    live[row] = False
+                    gen.finish_reason = "stop"
+        elapsed = time.perf_counter() - start
+        for ctrl, gen in zip(controllers, gens, strict=True):
+            gen.tokens = list(ctrl.tokens)
+            gen.text = self.vocab.decode(t for t in ctrl.tokens if t not in self.vocab.eos_ids).decode(
+                "utf-8", errors="replace"
+            )
+            gen.events = list(ctrl.events)
+            gen.seconds = elapsed
+        return gens
+
+    def _feed(
+        self,
+        row: int,
+        ctrl: CallController,
+        gen: Generation,
+        token: int,
+        pending: list[int],
+        on_call: OnCall | None,
+    ) -> None:
+        """Give one token to the controller; a finished call may append the tool's result."""
+        event = ctrl.feed(token)
+        if event is None or on_call is None:
+            return
+        result = on_call(row, event)
+        if result and not ctrl.done:
+            tokens = self.vocab.encode(result)
+            ctrl.inject(tokens)
+            pending.extend(tokens)
+            gen.injected_tokens += len(tokens)
+
+    def _take_forced(
+        self,
+        row: int,
+        ctrl: CallController,
+        gen: Generation,
+        pending: list[int],
+        on_call: OnCall | None,
+    ) -> None:
+        """Append forced tokens (a forced trigger, then the call's forced stretch) without sampling them."""
+        while not ctrl.done and (forced := ctrl.forced()):
+            for token in forced:
+                pending.append(token)
+                gen.forced_tokens += 1
+                self._feed(row, ctrl, gen, token, pending, on_call)
