@@ -1,0 +1,129 @@
+"""Load a causal LM with its tokenizer and tooldec Vocabulary from a local folder, a hub id or a GGUF file.
+
+A GGUF file is dequantised by transformers (`gguf_file=`, needs the `gguf` package), which takes tens of
+seconds, so the float copy is saved once under the cache and later loads read that copy in seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tooldec.backends.cache import cache_dir
+from tooldec.errors import ToolDecError
+from tooldec.vocab import Vocabulary
+
+log = logging.getLogger(__name__)
+
+
+class ModelLoadError(ToolDecError):
+    """A model that cannot be found, downloaded or loaded."""
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM ready to decode: the model, its HF tokenizer, tooldec's vocabulary and where it came from."""
+
+    model: Any
+    tokenizer: Any
+    vocab: Vocabulary
+    name: str
+    source: str
+    load_seconds: float
+
+    def encode_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kwargs: Any
+    ) -> list[int]:
+        """Prompt token ids of `messages` rendered by the model's chat template (tools included if given)."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ModelLoadError(f"{self.name} has no chat template")
+        text = self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
+        )
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+
+def _require_transformers() -> Any:
+    try:
+        import transformers
+    except ImportError as exc:
+        raise ModelLoadError(
+            "model backends need torch and transformers: pip install torch==2.13.0 'tooldec[models]'"
+        ) from exc
+    return transformers
+
+
+def _gguf_key(path: Path) -> str:
+    """A cache key for a GGUF file: its size and a hash of its first and last MiB (fast on large files)."""
+    size = path.stat().st_size
+    h = hashlib.sha256(f"{path.name}|{size}".encode())
+    with path.open("rb") as f:
+        h.update(f.read(1 << 20))
+        f.seek(max(0, size - (1 << 20)))
+        h.update(f.read(1 << 20))
+    return h.hexdigest()[:24]
+
+
+def convert_gguf(path: Path, *, force: bool = False) -> Path:
+    """The folder of a float copy of the GGUF model at `path`, converted on first use and cached."""
+    transformers = _require_transformers()
+    target = cache_dir("converted", _gguf_key(path))
+    if (target / "config.json").is_file() and (target / "tokenizer.json").is_file() and not force:
+        return target
+    log.info("converting %s (first load only)", path)
+    folder, name = str(path.parent), path.name
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot read GGUF file {path}: {exc}") from exc
+    model.hf_quantizer = None  # the weights are dequantised floats now; save them as such
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    return target
+
+
+def load_model(name_or_path: str | Path | None = None, *, threads: int | None = None) -> LoadedModel:
+    """Load a model: None or an embedded name (see EMBEDDED_MODELS), a folder, a .gguf file, or a hub id."""
+    from tooldec.backends.embedded import DEFAULT_MODEL, EMBEDDED_MODELS, fetch_model
+
+    transformers = _require_transformers()
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    start = time.perf_counter()
+    spec = str(name_or_path) if name_or_path is not None else DEFAULT_MODEL
+    path = Path(spec).expanduser()
+    if spec in EMBEDDED_MODELS:
+        folder, source = convert_gguf(fetch_model(spec)), f"embedded:{spec}"
+    elif path.is_file() and path.suffix == ".gguf":
+        folder, source = convert_gguf(path), f"gguf:{path}"
+    elif path.is_dir():
+        folder, source = path, f"folder:{path}"
+    elif path.exists():
+        raise ModelLoadError(f"{path} is neither a model folder nor a .gguf file")
+    else:
+        folder, source = Path(spec), f"hub:{spec}"
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder))
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    except OSError as exc:
+        hint = "" if path.exists() else " (not a local path; hub ids need internet access)"
+        raise ModelLoadError(f"cannot load model {spec!r}{hint}: {exc}") from exc
+    model.eval()
+    vocab_size = model.get_output_embeddings().weight.shape[0]
+    vocab = Vocabulary.from_hf(tokenizer, vocab_size=vocab_size)
+    name = Path(spec).name if source.startswith(("gguf", "folder")) else spec
+    return LoadedModel(model, tokenizer, vocab, name, source, time.perf_counter() - start)
