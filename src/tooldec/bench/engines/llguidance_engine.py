@@ -13,7 +13,8 @@ from tooldec.errors import ToolDecError
 from tooldec.specs import ToolSet
 from tooldec.vocab import Vocabulary
 
-JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_OPTIONS: Any = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+"""llguidance JsonCompileOptions: no free whitespace, tooldec's separators."""
 
 
 class LLGuidanceSession:
