@@ -53,7 +53,10 @@ def test_exact_and_alternative_values() -> None:
 
 def test_int_accepted_for_float_but_not_the_reverse() -> None:
     assert area(base=10, height=5)
-    assert check_call(AREA, ("geometry.area", {"base": 10.0, "height": 5}), AREA_ANSWER).error_type == "type_error"
+    assert (
+        check_call(AREA, ("geometry.area", {"base": 10.0, "height": 5}), AREA_ANSWER).error_type
+        == "type_error"
+    )
 
 
 def test_bool_is_not_an_integer() -> None:
@@ -85,7 +88,9 @@ def test_nested_items_need_the_documented_type() -> None:
     result = check_call(AREA, ("geometry.area", {"base": 10, "height": 5, "sides": [1.5, 2]}), answer)
     assert result.error_type == "type_error:nested"
     # as in BFCL, an optional list parameter skips the item-type check and fails on the value instead
-    result = check_call(AREA, ("geometry.area", {"base": 10, "height": 5, "sides": [1.5, "2.5"]}), AREA_ANSWER)
+    result = check_call(
+        AREA, ("geometry.area", {"base": 10, "height": 5, "sides": [1.5, "2.5"]}), AREA_ANSWER
+    )
     assert result.error_type == "value_error:list"
 
 
@@ -99,11 +104,17 @@ def test_required_unknown_and_optional_parameters() -> None:
 
 
 def test_wrong_function_name() -> None:
-    assert check_call(AREA, ("geometry_area", {"base": 10, "height": 5}), AREA_ANSWER).error_type == "wrong_func_name"
+    assert (
+        check_call(AREA, ("geometry_area", {"base": 10, "height": 5}), AREA_ANSWER).error_type
+        == "wrong_func_name"
+    )
 
 
 def test_variable_values_compare_by_the_answer_type() -> None:
-    doc = {"name": "f", "parameters": {"type": "dict", "properties": {"x": {"type": "integer"}}, "required": []}}
+    doc = {
+        "name": "f",
+        "parameters": {"type": "dict", "properties": {"x": {"type": "integer"}}, "required": []},
+    }
     answer = {"f": {"x": ["n"]}}
     assert check_call(doc, ("f", {"x": "n"}), answer).valid
     assert check_call(doc, ("f", {"x": "N"}), answer).error_type == "value_error:others"
@@ -114,7 +125,10 @@ DICT_DOC = {
     "parameters": {
         "type": "dict",
         "properties": {
-            "filter": {"type": "dict", "properties": {"field": {"type": "string"}, "min": {"type": "integer"}}},
+            "filter": {
+                "type": "dict",
+                "properties": {"field": {"type": "string"}, "min": {"type": "integer"}},
+            },
             "rows": {"type": "array", "items": {"type": "dict"}},
         },
         "required": ["filter"],
@@ -147,8 +161,14 @@ def test_list_of_dicts_in_order() -> None:
     assert query(filter={"field": "age"}, rows=[{"name": "Ann", "age": 30}]) == "value_error:list_dict_count"
 
 
-ADD = {"name": "add", "parameters": {"type": "dict", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}
-MUL = {"name": "mul", "parameters": {"type": "dict", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}
+ADD = {
+    "name": "add",
+    "parameters": {"type": "dict", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+}
+MUL = {
+    "name": "mul",
+    "parameters": {"type": "dict", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+}
 
 
 def test_simple_needs_exactly_one_call() -> None:
@@ -161,7 +181,10 @@ def test_simple_needs_exactly_one_call() -> None:
 def test_multiple_needs_the_right_function() -> None:
     answer = [{"mul": {"a": [3]}}]
     assert check_entry("multiple", [ADD, MUL], [ParsedCall("mul", {"a": 3})], answer).valid
-    assert check_entry("multiple", [ADD, MUL], [ParsedCall("add", {"a": 3})], answer).error_type == "wrong_func_name"
+    assert (
+        check_entry("multiple", [ADD, MUL], [ParsedCall("add", {"a": 3})], answer).error_type
+        == "wrong_func_name"
+    )
 
 
 def test_parallel_matches_in_any_order() -> None:
@@ -197,7 +220,10 @@ _texts = st.text(alphabet="abcXYZ ,./-_*^'", min_size=1, max_size=12)
 
 @given(_texts)
 def test_strings_match_their_own_variants(text: str) -> None:
-    doc = {"name": "f", "parameters": {"type": "dict", "properties": {"s": {"type": "string"}}, "required": ["s"]}}
+    doc = {
+        "name": "f",
+        "parameters": {"type": "dict", "properties": {"s": {"type": "string"}}, "required": ["s"]},
+    }
     answer = {"f": {"s": [text]}}
     assert check_call(doc, ("f", {"s": text.upper().replace(" ", "")}), answer).valid
 
@@ -216,7 +242,9 @@ def _build(value: Any) -> Any:
     return value
 
 
-def first_option_calls(answer: list[dict[str, Any]], functions: list[dict[str, Any]]) -> list[tuple[str, dict]]:
+def first_option_calls(
+    answer: list[dict[str, Any]], functions: list[dict[str, Any]]
+) -> list[tuple[str, dict]]:
     """The calls made of each documented parameter's first acceptable value."""
     documented = {f["name"]: f["parameters"]["properties"] for f in functions}
     calls = []
@@ -228,7 +256,10 @@ def first_option_calls(answer: list[dict[str, Any]], functions: list[dict[str, A
 
 
 _options = st.one_of(
-    *(st.lists(values, min_size=1, max_size=3) for values in (st.integers(-5, 5), st.text("ab", min_size=1), st.booleans()))
+    *(
+        st.lists(values, min_size=1, max_size=3)
+        for values in (st.integers(-5, 5), st.text("ab", min_size=1), st.booleans())
+    )
 )
 
 
@@ -277,34 +308,99 @@ def _entry(category: str, entry_id: str) -> Any:
     ("category", "entry_id", "calls", "error"),
     [
         ("simple", "simple_python_0", [("calculate_triangle_area", {"base": 10, "height": 5})], ""),
-        ("simple", "simple_python_0", [("calculate_triangle_area", {"base": 10, "height": 5, "unit": "Units"})], ""),
-        ("simple", "simple_python_0", [("calculate_triangle_area", {"base": 10.0, "height": 5})], "type_error"),
-        ("simple", "simple_python_0", [("calculate_triangle_area", {"base": 10, "height": 6})], "value_error:others"),
+        (
+            "simple",
+            "simple_python_0",
+            [("calculate_triangle_area", {"base": 10, "height": 5, "unit": "Units"})],
+            "",
+        ),
+        (
+            "simple",
+            "simple_python_0",
+            [("calculate_triangle_area", {"base": 10.0, "height": 5})],
+            "type_error",
+        ),
+        (
+            "simple",
+            "simple_python_0",
+            [("calculate_triangle_area", {"base": 10, "height": 6})],
+            "value_error:others",
+        ),
         ("simple", "simple_python_1", [("math.factorial", {"number": 5})], ""),
         ("simple", "simple_python_1", [("math_factorial", {"number": 5})], "wrong_func_name"),
         ("simple", "simple_python_2", [("math.hypot", {"x": 4, "y": 5, "z": 0})], ""),
         ("simple", "simple_python_2", [("math.hypot", {"x": 4})], "missing_required"),
-        ("simple", "simple_python_200", [("calculate_emissions", {"distance": 12000, "fuel_type": "gas"})],
-         "missing_required"),
+        (
+            "simple",
+            "simple_python_200",
+            [("calculate_emissions", {"distance": 12000, "fuel_type": "gas"})],
+            "missing_required",
+        ),
         ("multiple", "multiple_0", [("triangle_properties.get", {"side1": 5, "side2": 4, "side3": 3})], ""),
-        ("multiple", "multiple_3", [("EuclideanDistance.calculate", {"pointA": [3, 4], "pointB": [1, 2]})], ""),
-        ("multiple", "multiple_3", [("EuclideanDistance.calculate", {"pointA": [4, 3], "pointB": [1, 2]})],
-         "value_error:list"),
-        ("parallel", "parallel_0",
-         [("spotify.play", {"artist": "maroon 5", "duration": 15}),
-          ("spotify.play", {"artist": "Taylor Swift", "duration": 20})], ""),
-        ("parallel", "parallel_0", [("spotify.play", {"artist": "Taylor Swift", "duration": 20})], "wrong_count"),
-        ("parallel", "parallel_0",
-         [("spotify.play", {"artist": "Taylor Swift", "duration": 15}),
-          ("spotify.play", {"artist": "Maroon 5", "duration": 20})], "cannot_find_match"),
-        ("parallel_multiple", "parallel_multiple_0",
-         [("math_toolkit.product_of_primes", {"count": 5}),
-          ("math_toolkit.sum_of_multiples", {"lower_limit": 1, "upper_limit": 1000, "multiples": [3, 5]})], ""),
-        ("parallel_multiple", "parallel_multiple_1",
-         [("area_rectangle.calculate", {"length": 7, "breadth": 3}), ("area_circle.calculate", {"radius": 5})], ""),
+        (
+            "multiple",
+            "multiple_3",
+            [("EuclideanDistance.calculate", {"pointA": [3, 4], "pointB": [1, 2]})],
+            "",
+        ),
+        (
+            "multiple",
+            "multiple_3",
+            [("EuclideanDistance.calculate", {"pointA": [4, 3], "pointB": [1, 2]})],
+            "value_error:list",
+        ),
+        (
+            "parallel",
+            "parallel_0",
+            [
+                ("spotify.play", {"artist": "maroon 5", "duration": 15}),
+                ("spotify.play", {"artist": "Taylor Swift", "duration": 20}),
+            ],
+            "",
+        ),
+        (
+            "parallel",
+            "parallel_0",
+            [("spotify.play", {"artist": "Taylor Swift", "duration": 20})],
+            "wrong_count",
+        ),
+        (
+            "parallel",
+            "parallel_0",
+            [
+                ("spotify.play", {"artist": "Taylor Swift", "duration": 15}),
+                ("spotify.play", {"artist": "Maroon 5", "duration": 20}),
+            ],
+            "cannot_find_match",
+        ),
+        (
+            "parallel_multiple",
+            "parallel_multiple_0",
+            [
+                ("math_toolkit.product_of_primes", {"count": 5}),
+                (
+                    "math_toolkit.sum_of_multiples",
+                    {"lower_limit": 1, "upper_limit": 1000, "multiples": [3, 5]},
+                ),
+            ],
+            "",
+        ),
+        (
+            "parallel_multiple",
+            "parallel_multiple_1",
+            [
+                ("area_rectangle.calculate", {"length": 7, "breadth": 3}),
+                ("area_circle.calculate", {"radius": 5}),
+            ],
+            "",
+        ),
         ("irrelevance", "irrelevance_0", [], ""),
-        ("irrelevance", "irrelevance_0", [("determine_body_mass_index", {"weight": 70.0, "height": 1.8})],
-         "irrelevance:called"),
+        (
+            "irrelevance",
+            "irrelevance_0",
+            [("determine_body_mass_index", {"weight": 70.0, "height": 1.8})],
+            "irrelevance:called",
+        ),
     ],
 )
 def test_real_entries(category: str, entry_id: str, calls: list[tuple[str, dict]], error: str) -> None:

@@ -89,7 +89,9 @@ def test_kamel_and_accuracy() -> None:
 def test_correct_path_is_an_ordered_subsequence() -> None:
     gold = ["GET /search/person", "GET /person/{person_id}/movie_credits"]
     assert correct_path(gold, gold)
-    assert correct_path(["GET /search/person", "GET /movie/{movie_id}", "GET /person/{id}/movie_credits/"], gold)
+    assert correct_path(
+        ["GET /search/person", "GET /movie/{movie_id}", "GET /person/{id}/movie_credits/"], gold
+    )
     assert not correct_path(["GET /person/{person_id}/movie_credits", "GET /search/person"], gold)
     assert not correct_path(["GET /search/person"], gold)
     assert not correct_path(["POST /search/person", "GET /person/{x}/movie_credits"], gold)
@@ -163,7 +165,10 @@ def test_syntax_checker_binds_positional_arguments() -> None:
 def test_closed_objects_leaves_explicit_and_all_of_alone() -> None:
     schema = {
         "type": "object",
-        "properties": {"a": {"type": "object", "properties": {}}, "b": {"type": "object", "additionalProperties": True}},
+        "properties": {
+            "a": {"type": "object", "properties": {}},
+            "b": {"type": "object", "additionalProperties": True},
+        },
         "allOf": [{"properties": {"c": {}}}],
     }
     closed = closed_objects(schema)
@@ -191,7 +196,10 @@ def test_nearest_name_and_fuzzy_call() -> None:
         nearest_name("x", [])
 
 
-@given(st.lists(st.text("abcdef", min_size=1, max_size=6), min_size=1, max_size=6, unique=True), st.text("abcdef"))
+@given(
+    st.lists(st.text("abcdef", min_size=1, max_size=6), min_size=1, max_size=6, unique=True),
+    st.text("abcdef"),
+)
 def test_nearest_name_is_always_an_existing_name(names: list[str], name: str) -> None:
     assert nearest_name(name, names) in names
 

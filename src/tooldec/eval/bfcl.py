@@ -81,7 +81,9 @@ def as_calls(calls: Iterable[Any]) -> list[Call]:
     return out
 
 
-def check_call(function: Mapping[str, Any], call: Any, answer: Mapping[str, Mapping[str, list[Any]]]) -> MatchResult:
+def check_call(
+    function: Mapping[str, Any], call: Any, answer: Mapping[str, Mapping[str, list[Any]]]
+) -> MatchResult:
     """One call against one possible answer `{name: {param: [acceptable values]}}` of `function`'s documentation."""
     ((name, args),) = as_calls([call])
     expected_name, possible = next(iter(answer.items()))
@@ -118,9 +120,7 @@ def check_entry(
             return MatchResult(False, "irrelevance:called", f"{len(made)} call(s) where none was expected")
         return _OK
     if len(made) != len(possible_answer):
-        return MatchResult(
-            False, "wrong_count", f"expected {len(possible_answer)} call(s), got {len(made)}"
-        )
+        return MatchResult(False, "wrong_count", f"expected {len(possible_answer)} call(s), got {len(made)}")
     by_name = {f.get("name"): f for f in functions}
     docs = [by_name.get(next(iter(answer))) for answer in possible_answer]
     missing = [next(iter(a)) for a, doc in zip(possible_answer, docs, strict=True) if doc is None]
@@ -135,7 +135,9 @@ def _match_unordered(
     docs: Sequence[Any], made: list[Call], answers: Sequence[Mapping[str, Mapping[str, list[Any]]]]
 ) -> MatchResult:
     """A one-to-one assignment of calls to answers where every pair matches (augmenting paths)."""
-    fits = [[check_call(doc, call, answer) for call in made] for doc, answer in zip(docs, answers, strict=True)]
+    fits = [
+        [check_call(doc, call, answer) for call in made] for doc, answer in zip(docs, answers, strict=True)
+    ]
     owner: dict[int, int] = {}
 
     def assign(a: int, seen: set[int]) -> bool:
@@ -170,7 +172,9 @@ def _check_value(param: str, value: Any, doc: Mapping[str, Any], options: list[A
     variable = answer_type is not None and answer_type is not expected
     if type(value) is expected:
         if expected is list and not _items_typed(value, doc, options):
-            return MatchResult(False, "type_error:nested", f"items of {param!r} have the wrong type: {value!r}")
+            return MatchResult(
+                False, "type_error:nested", f"items of {param!r} have the wrong type: {value!r}"
+            )
     elif variable and type(value) is answer_type:
         return _in_options(param, value, options)
     else:
@@ -251,7 +255,9 @@ def _dict_matches(param: str, value: Mapping[str, Any], option: Mapping[str, lis
         if key not in option:
             return MatchResult(False, "value_error:dict_key", f"unexpected key {key!r} in {param!r}")
         if _standardized_str(item) not in [_standardized_str(o) for o in option[key]]:
-            return MatchResult(False, "value_error:dict_value", f"{param!r}[{key!r}]={item!r} not in {option[key]!r}")
+            return MatchResult(
+                False, "value_error:dict_value", f"{param!r}[{key!r}]={item!r} not in {option[key]!r}"
+            )
     for key, acceptable in option.items():
         if key not in value and "" not in acceptable:
             return MatchResult(False, "value_error:dict_key", f"missing key {key!r} in {param!r}")

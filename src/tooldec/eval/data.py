@@ -217,7 +217,9 @@ def load_kamel(k: int, root: str | os.PathLike[str] | None = None) -> KamelData:
     return KamelData(k, tuple(items), reader.files)
 
 
-def load_kamel_relations(root: str | os.PathLike[str] | None = None) -> tuple[list[tuple[str, str]], dict[str, str]]:
+def load_kamel_relations(
+    root: str | os.PathLike[str] | None = None,
+) -> tuple[list[tuple[str, str]], dict[str, str]]:
     """All KAMEL relations as (relation id, `name(arg): description`) in func_dict order, and file hashes."""
     reader = _Reader(root)
     order = reader.json("data/kamel/func_dict.json")

@@ -158,7 +158,9 @@ def _close(node: Any) -> None:
         return
     if not isinstance(node, dict):
         return
-    is_object = node.get("type") == "object" or (isinstance(node.get("type"), list) and "object" in node["type"])
+    is_object = node.get("type") == "object" or (
+        isinstance(node.get("type"), list) and "object" in node["type"]
+    )
     if (is_object or "properties" in node) and "additionalProperties" not in node:
         node["additionalProperties"] = False
     for key, value in node.items():

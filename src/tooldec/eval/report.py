@@ -185,7 +185,9 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], *, notes: Sequence[str] = 
     return text
 
 
-def write_comparison(results: Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def write_comparison(
+    results: Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[str]
+) -> list[dict[str, Any]]:
     """A table and plots over several runs (e.g. the three decoding modes, KAMEL at several K); returns rows."""
     docs = [load_results(path) for path in results]
     rows = sorted(
@@ -221,14 +223,18 @@ def plot_modes(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) 
             bottom = 0.0
             for kind in SYNTAX_ERROR_KINDS:
                 value = 100 * row.get("syntax_errors", {}).get(kind, 0.0)
-                right.bar(x, value, width, bottom=bottom, color=f"C{m}", hatch=hatches[kind], edgecolor="white")
+                right.bar(
+                    x, value, width, bottom=bottom, color=f"C{m}", hatch=hatches[kind], edgecolor="white"
+                )
                 bottom += value
     for axis, title in ((left, "accuracy (%)"), (right, "syntax errors (%): format / name / argument")):
         axis.set_xticks(range(len(labels)), labels, fontsize=8)
         axis.set_title(title, fontsize=10)
         axis.set_ylim(0, 100)
     left.legend(title="decoding", fontsize=8)
-    handles = [plt.Rectangle((0, 0), 1, 1, facecolor="grey", edgecolor="white", hatch=h) for h in hatches.values()]
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, facecolor="grey", edgecolor="white", hatch=h) for h in hatches.values()
+    ]
     right.legend(handles, list(hatches), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -3,8 +3,10 @@
 No network is used. Each operation's success response schema (local `$ref`s resolved) is filled with
 deterministic values: the random generator is seeded by the operation and its arguments, so the same call
 always gets the same answer. Depth, array lengths and the number of properties are bounded so that
-responses stay small. An argument whose name matches a response property is echoed into it (a movie fetched
-with `movie_id=5` has `id` 5), which keeps multi-step plans coherent. Every response says it is simulated.
+responses stay small (past the depth limit, or inside a recursive `$ref`, arrays are empty and objects
+hold only their required properties); `oneOf` / `anyOf` take their first branch; string patterns are not
+followed. An argument whose name matches a response property is echoed into it (a movie fetched with
+`movie_id=5` has `id` 5), which keeps multi-step plans coherent. Every response says it is simulated.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ from typing import Any
 from tooldec.specs import ToolSet, ToolSpec, openapi_operations
 
 _SUCCESS = ("200", "201", "202", "203", "204", "2XX", "2xx", "default")
+_REQUIRED_DEPTH = 4
+"""Levels past `max_depth` where objects still get their required properties (then they are empty)."""
 _JSON_MEDIA = ("application/json", "application/json; charset=utf-8", "*/*")
 _FORMATS = {
     "date": lambda rng: f"20{rng.randint(0, 24):02d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
-    "date-time": lambda rng: f"20{rng.randint(0, 24):02d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-    f"T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z",
+    "date-time": lambda rng: (
+        f"20{rng.randint(0, 24):02d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+        f"T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00Z"
+    ),
     "uri": lambda rng: "https://example.com/" + _word(rng, 8),
     "url": lambda rng: "https://example.com/" + _word(rng, 8),
     "email": lambda rng: _word(rng, 6) + "@example.com",
@@ -111,7 +117,9 @@ class RestSimulator:
                 return status, response["schema"]
             content = response.get("content", {})
             for media in (*_JSON_MEDIA, *content):
-                schema = content.get(media, {}).get("schema") if isinstance(content.get(media), dict) else None
+                schema = (
+                    content.get(media, {}).get("schema") if isinstance(content.get(media), dict) else None
+                )
                 if isinstance(schema, dict):
                     return status, schema
             return status, None
@@ -131,14 +139,16 @@ class RestSimulator:
                 node = node.get(part) if isinstance(node, dict) else None
         return node
 
-    def _value(self, schema: Any, rng: random.Random, args: dict[str, Any], depth: int, refs: tuple[str, ...]) -> Any:
-        """A value for `schema`; recursion through `$ref`s is cut the second time one is entered."""
+    def _value(
+        self, schema: Any, rng: random.Random, args: dict[str, Any], depth: int, refs: tuple[str, ...]
+    ) -> Any:
+        """A value for `schema`; past `max_depth` or inside a recursive `$ref`, arrays are empty, objects minimal."""
         if isinstance(schema, dict) and isinstance(schema.get("$ref"), str):
             if schema["$ref"] in refs:
-                return None
+                depth = self.max_depth + 1
             refs = (*refs, schema["$ref"])
             schema = self._deref(schema)
-        if not isinstance(schema, dict) or depth > self.max_depth:
+        if not isinstance(schema, dict):
             return None
         if "const" in schema:
             return schema["const"]
@@ -159,6 +169,10 @@ class RestSimulator:
             kind = next((k for k in kind if k != "null"), None)
         if kind is None:
             kind = "object" if "properties" in schema else "array" if "items" in schema else "string"
+        if kind == "array" and depth > self.max_depth:
+            return []
+        if kind == "object" and depth > self.max_depth + _REQUIRED_DEPTH:
+            return {}
         if kind == "object":
             return self._object(schema, rng, args, depth, refs)
         if kind == "array":
@@ -167,13 +181,22 @@ class RestSimulator:
         return _scalar(kind, schema, rng)
 
     def _object(
-        self, schema: dict[str, Any], rng: random.Random, args: dict[str, Any], depth: int, refs: tuple[str, ...]
+        self,
+        schema: dict[str, Any],
+        rng: random.Random,
+        args: dict[str, Any],
+        depth: int,
+        refs: tuple[str, ...],
     ) -> dict[str, Any]:
-        """The first `max_properties` properties, arguments echoed where a property shares their name."""
+        """Required properties, then others up to `max_properties`; arguments echoed into same-named ones."""
         props = schema.get("properties", {})
+        required = [name for name in props if name in (schema.get("required") or [])]
+        optional = [name for name in props if name not in required]
+        room = self.max_properties - len(required) if depth <= self.max_depth else 0
+        chosen = set(required + optional[: max(room, 0)])
         echoed = _echoed(args) if depth == 0 else {}
         out: dict[str, Any] = {}
-        for name in list(props)[: self.max_properties]:
+        for name in (name for name in props if name in chosen):
             if name in echoed:
                 out[name] = echoed[name]
             else:
@@ -200,7 +223,10 @@ def _scalar(kind: str, schema: dict[str, Any], rng: random.Random) -> Any:
     if kind == "null":
         return None
     make = _FORMATS.get(schema.get("format", ""))
-    return make(rng) if make else _word(rng, 6)
+    if make:
+        return make(rng)
+    low = _int(schema.get("minLength"), 0)
+    return _word(rng, min(max(6, low), max(_int(schema.get("maxLength"), 6), low)))
 
 
 def _word(rng: random.Random, n: int, alphabet: str = string.ascii_lowercase) -> str:

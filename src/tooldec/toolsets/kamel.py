@@ -64,9 +64,7 @@ def kamel_tools(relations: Sequence[tuple[str, str]], k: int | None = None) -> K
         specs.append(ToolSpec(name, "", parameters))
         tool_of[relation] = name
         descriptions[name] = description
-    return KamelTools(
-        ToolSet(specs), tool_of, {name: rel for rel, name in tool_of.items()}, descriptions
-    )
+    return KamelTools(ToolSet(specs), tool_of, {name: rel for rel, name in tool_of.items()}, descriptions)
 
 
 def _param_name(arg: str) -> str:

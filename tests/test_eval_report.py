@@ -1,0 +1,106 @@
+"""Reports: results.json, Markdown table, plots, comparison over runs, and resuming a partial run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tooldec.eval.report import (
+    KAMEL_PLOT,
+    MODES_PLOT,
+    RESULTS_FILE,
+    TABLE_FILE,
+    ResumeError,
+    load_results,
+    markdown_table,
+    pending,
+    resume_records,
+    summarize,
+    write_comparison,
+    write_results,
+)
+from tooldec.grammar.calls import ParsedCall
+
+
+def _records(n: int, correct_every: int = 2) -> list[dict[str, Any]]:
+    kinds = [None, "format", None, "argument"]
+    return [
+        {
+            "id": f"item-{i}",
+            "correct": i % correct_every == 0,
+            "syntax_error": kinds[i % 4],
+            "seconds": 0.5,
+            "generated_tokens": 10 + i,
+            "tokens_per_tool": 8,
+        }
+        for i in range(n)
+    ]
+
+
+def test_summary_per_decoding_mode() -> None:
+    records = _records(4) + [{"id": "x", "decoding": "free", "correct": True, "syntax_error": "name"}]
+    summary = summarize(records, "tooldec")
+    assert set(summary) == {"tooldec", "free"}
+    ours = summary["tooldec"]
+    assert ours["n"] == 4 and ours["accuracy"] == 0.5
+    assert ours["syntax_errors"] == {"format": 0.25, "name": 0.0, "argument": 0.25, "any": 0.5}
+    assert ours["seconds_per_item"] == 0.5 and ours["generated_tokens_per_item"] == 11.5
+    assert summary["free"]["seconds_per_item"] is None
+
+
+def test_write_results(tmp_path: Path) -> None:
+    config = {"benchmark": "funcqa-oh", "model": "tiny", "decoding": "tooldec", "limit": 4}
+    records = [{**r, "call": ParsedCall("add", {"a": 1}), "steps": ("GET /a",)} for r in _records(4)]
+    doc = write_results(
+        tmp_path, config, records, {"data/x.json": "ab" * 32}, notes=["responses are simulated"]
+    )
+    assert {p.name for p in tmp_path.iterdir()} == {RESULTS_FILE, TABLE_FILE, MODES_PLOT}
+    saved = load_results(tmp_path)
+    assert saved == json.loads(json.dumps(saved))
+    assert saved["complete"] is True and saved["data"] == {"data/x.json": "ab" * 32}
+    assert saved["model"] == "tiny" and saved["config"]["limit"] == 4
+    assert saved["records"][0]["call"] == {"name": "add", "arguments": {"a": 1}, "positional": []}
+    assert saved["summary"] == json.loads(json.dumps(doc["summary"]))
+    table = (tmp_path / TABLE_FILE).read_text()
+    assert (
+        "| funcqa-oh | tiny | tooldec |  | 4 | 50.0% | 50.0% | 25.0% | 0.0% | 25.0% | 8.0 | 0.50 | 11.5 |"
+        in table
+    )
+    assert "- responses are simulated" in table
+    assert (tmp_path / MODES_PLOT).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_partial_results_and_resume(tmp_path: Path) -> None:
+    config = {"benchmark": "kamel", "model": "tiny", "decoding": "free", "tools": 30, "limit": 2}
+    write_results(tmp_path, config, _records(2), {}, partial=True)
+    assert not (tmp_path / TABLE_FILE).exists()
+    assert load_results(tmp_path / RESULTS_FILE)["complete"] is False
+    grown = {**config, "limit": 4}
+    done = resume_records(tmp_path, grown)
+    assert [r["id"] for r in done] == ["item-0", "item-1"]
+    assert pending(["item-0", "item-1", "item-2", "item-3"], done) == ["item-2", "item-3"]
+    with pytest.raises(ResumeError, match="tools"):
+        resume_records(tmp_path, {**config, "tools": 60})
+    assert resume_records(tmp_path / "elsewhere", config) == []
+
+
+def test_comparison_over_runs_with_kamel_plot(tmp_path: Path) -> None:
+    paths = []
+    for mode in ("tooldec", "free", "fuzzy"):
+        for k in (30, 234):
+            out = tmp_path / f"{mode}-{k}"
+            config = {"benchmark": "kamel", "model": "tiny", "decoding": mode, "tools": k}
+            write_results(out, config, _records(4, 1 if mode == "tooldec" else 2), {}, notes=["note"])
+            paths.append(out / RESULTS_FILE)
+    rows = write_comparison(paths, tmp_path / "all")
+    assert len(rows) == 6
+    assert [(r["decoding"], r["tools"]) for r in rows[:2]] == [("free", 30), ("fuzzy", 30)]
+    assert (tmp_path / "all" / KAMEL_PLOT).read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "all" / TABLE_FILE).read_text().count("| kamel |") == 6
+
+
+def test_markdown_table_of_no_rows() -> None:
+    assert markdown_table([]).count("\n") == 2
