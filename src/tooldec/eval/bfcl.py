@@ -122,10 +122,12 @@ def check_entry(
     if len(made) != len(possible_answer):
         return MatchResult(False, "wrong_count", f"expected {len(possible_answer)} call(s), got {len(made)}")
     by_name = {f.get("name"): f for f in functions}
-    docs = [by_name.get(next(iter(answer))) for answer in possible_answer]
-    missing = [next(iter(a)) for a, doc in zip(possible_answer, docs, strict=True) if doc is None]
-    if missing:
-        raise ValueError(f"possible answer names undocumented function(s) {missing}")
+    docs: list[Mapping[str, Any]] = []
+    for answer in possible_answer:
+        doc = by_name.get(next(iter(answer)))
+        if doc is None:
+            raise ValueError(f"possible answer names undocumented function {next(iter(answer))!r}")
+        docs.append(doc)
     if kind.startswith("parallel"):
         return _match_unordered(docs, made, possible_answer)
     return check_call(docs[0], made[0], possible_answer[0])
@@ -170,7 +172,8 @@ def _check_value(param: str, value: Any, doc: Mapping[str, Any], options: list[A
         value = float(value)
     answer_type = _answer_type(options)
     variable = answer_type is not None and answer_type is not expected
-    if type(value) is expected:
+    typed = type(value) is expected
+    if typed:
         if expected is list and not _items_typed(value, doc, options):
             return MatchResult(
                 False, "type_error:nested", f"items of {param!r} have the wrong type: {value!r}"
