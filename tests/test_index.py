@@ -118,3 +118,57 @@ def test_vocabulary_wider_than_tokenizer(bytelevel_tokenizer) -> None:
     assert guide.bool_mask().shape == (512,)
     assert guide.bitmask().shape == (16,)
     assert not guide.bool_mask()[450:].any()
+
+
+SHARED_TOOLS = [
+    ToolSpec(
+        "note",
+        "",
+        {
+            "type": "object",
+            "properties": {
+                "title": {"type": "string"},
+                "body": {"type": "string"},
+                "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+                "short": {"type": "string", "maxLength": 3},
+                "score": {"type": "number"},
+                "count": {"type": "integer", "minimum": -5, "maximum": 250},
+            },
+            "required": ["title", "body"],
+        },
+    ),
+    ToolSpec("nap", "", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+]
+
+
+@pytest.mark.parametrize("strategy", ["regions", "numpy", "python"])
+def test_every_walk_strategy_matches_brute_force(vocab: Vocabulary, monkeypatch, strategy: str) -> None:
+    """Shared regions, numpy walks and token-by-token walks all give the brute-force masks on both fixtures."""
+    from tooldec.index import token_index
+
+    monkeypatch.setattr(token_index, "REGION_MIN_TOKENS", 0 if strategy == "regions" else 10**9)
+    monkeypatch.setattr(token_index, "PY_ROWS", 10**9 if strategy == "python" else 0)
+    monkeypatch.setattr(token_index, "SMALL_RANGE", 10**9 if strategy == "python" else 1)
+    compiled = Compiler(vocab).compile(SHARED_TOOLS, "json", use_cache=False)
+    index = compiled.index
+    shared = 0
+    for s in index.reachable_states():
+        ids, nxt = index.transitions(s)
+        want_ids, want_next = _brute_force(compiled, s)
+        assert ids.tolist() == want_ids
+        assert nxt.tolist() == want_next
+        bits = np.unpackbits(index.bitmask(s).view(np.uint8), bitorder="little")[: vocab.size]
+        assert np.flatnonzero(bits).tolist() == want_ids
+        shared += index._entries[s].region is not None
+    if strategy == "regions":
+        assert shared > len(index._trie.regions), "states of the same region shape should share one result"
+
+
+def test_fill_bitmask_matches_bitmask(vocab: Vocabulary) -> None:
+    """The sparse row writer and the packed mask agree, also over a dirty row."""
+    compiled = Compiler(vocab).compile(SHARED_TOOLS, "json", use_cache=False)
+    index = compiled.index
+    out = np.full((2, index.words), -1, dtype=np.int32)
+    for s in index.reachable_states(limit=60):
+        index.fill_bitmask(s, out[1])
+        assert out[1].tolist() == index.bitmask(s).tolist()

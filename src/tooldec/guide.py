@@ -56,7 +56,7 @@ class Guide:
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
         """Write the packed mask into row `row` of an `int32[batch, ceil(V/32)]` array."""
-        out[row, :] = self.index.bitmask(self.state)
+        self.index.fill_bitmask(self._states[-1], out[row])
 
     def bool_mask(self, size: int | None = None) -> np.ndarray:
         """Allowed tokens as `bool[size]` (default: the vocabulary size), ready to index logits."""
@@ -72,7 +72,7 @@ class Guide:
 
     def advance(self, token_id: int) -> int:
         """Consume one token and return the new state; raises TokenRejectedError if it is not allowed."""
-        nxt = self.index.next_state(self.state, token_id)
+        nxt = self.index.next_state(self._states[-1], token_id)
         if nxt == DEAD:
             tb = self.index.vocab.token_bytes
             text = tb[token_id] if 0 <= token_id < len(tb) else None
