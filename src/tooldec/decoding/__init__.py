@@ -5,8 +5,8 @@ tooldec's own generation loop with a KV cache and a batch; `ToolDecLogitsProcess
 controllers into `model.generate(...)`.
 """
 
-from tooldec.decoding.controller import CallController, CallEvent, Mode
+from tooldec.decoding.controller import CallController, CallEvent, FreeController, Mode
 from tooldec.decoding.sampling import SamplingParams, sample_token
 from tooldec.decoding.trigger import Trigger
 
-__all__ = ["CallController", "CallEvent", "Mode", "SamplingParams", "Trigger", "sample_token"]
+__all__ = ["CallController", "CallEvent", "FreeController", "Mode", "SamplingParams", "Trigger", "sample_token"]

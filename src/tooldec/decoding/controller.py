@@ -8,6 +8,8 @@ Every token that enters the sequence is passed to `feed`, which reports a finish
 from __future__ import annotations
 
 import enum
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -59,6 +61,7 @@ class CallController:
       "none" bans the trigger so no call can be written.
     - `after_call`: "stop" ends the sequence after the call, "text" returns to text mode (parallel calls,
       or the caller appends the tool's result and decoding goes on), up to `max_calls` calls.
+    - `stop`: texts that end the sequence when written in text mode (e.g. the next few-shot "\nQ:").
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class CallController:
         tool_choice: ToolChoice = "auto",
         after_call: Literal["stop", "text"] = "stop",
         max_calls: int = 16,
+        stop: tuple[str, ...] = (),
     ) -> None:
         """Start in tool mode when there is no trigger or a call is required, else in text mode."""
         if tool_choice not in ("auto", "none", "required"):
@@ -82,6 +86,8 @@ class CallController:
         self.events: list[CallEvent] = []
         self.tokens: list[int] = []
         self._tail = b""
+        self._stops = [t.encode() for t in stop if t]
+        self._recent = b""
         self._guide: Guide | None = None
         self._forced = _forced_text(grammar)
         self._pending_trigger: list[int] = []
@@ -173,6 +179,12 @@ class CallController:
             self.mode = Mode.DONE
             return None
         token = self.vocab.token_bytes[token_id] or b""
+        if self._stops:
+            keep = max(len(t) for t in self._stops) + len(token)
+            self._recent = (self._recent + token)[-keep:]
+            if any(t in self._recent for t in self._stops):
+                self.mode = Mode.DONE
+                return None
         trig = self.trigger
         if trig is not None and self.tool_choice != "none" and trig.fired(self._tail, token_id):
             self._tail = b""
@@ -181,12 +193,19 @@ class CallController:
             self._tail = (self._tail + token)[-max(trig.length, 1) :]
         return None
 
+    def stop(self) -> None:
+        """End the sequence now (the caller decided it is complete, e.g. a ReAct `Finish`)."""
+        self.mode = Mode.DONE
+        self._guide = None
+        self._pending_trigger = []
+
     def inject(self, tokens: list[int]) -> None:
         """Tokens the caller appends in text mode (a tool's result): part of the sequence, never a trigger."""
         if self.mode is not Mode.TEXT:
             raise ValueError("text can only be injected in text mode")
         self.tokens.extend(tokens)
         self._tail = b""
+        self._recent = b""
 
     def _finish_call(self) -> CallEvent:
         """Parse the finished call and move on to text mode or stop."""
@@ -209,3 +228,80 @@ class CallController:
         else:
             self.mode = Mode.TEXT
         return event
+
+
+class FreeController:
+    """Unconstrained decoding that still notices calls: the baseline ToolDec is compared with.
+
+    After every token the text generated since the last call is matched against `call_end` (a regex that
+    must match at the end, e.g. ToolkenGPT's `<tool>(...)=`); a match is parsed best-effort with `parse`
+    and reported as a CallEvent (with the parse error, if any). Never masks, never forces.
+    """
+
+    def __init__(
+        self,
+        vocab: Any,
+        call_end: re.Pattern[str],
+        parse: Callable[[str], ParsedCall],
+        *,
+        after_call: Literal["stop", "text"] = "text",
+        max_calls: int = 16,
+        stop: tuple[str, ...] = (),
+    ) -> None:
+        """Watch for calls matching `call_end`; stop on EOS, a stop text or `max_calls` calls."""
+        self.vocab = vocab
+        self.call_end = call_end
+        self.parse = parse
+        self.after_call = after_call
+        self.max_calls = max_calls
+        self.stops = [t for t in stop if t]
+        self.events: list[CallEvent] = []
+        self.tokens: list[int] = []
+        self.mode = Mode.TEXT
+        self._since = b""
+
+    @property
+    def done(self) -> bool:
+        """Whether the sequence is finished."""
+        return self.mode is Mode.DONE
+
+    def allowed(self) -> np.ndarray | None:
+        """Every token is allowed."""
+        return None
+
+    def forced(self) -> list[int]:
+        """Nothing is forced."""
+        return []
+
+    def feed(self, token_id: int) -> CallEvent | None:
+        """Take the next token; report a call when the text now ends with one."""
+        self.tokens.append(token_id)
+        if token_id in self.vocab.eos_ids:
+            self.mode = Mode.DONE
+            return None
+        self._since += self.vocab.token_bytes[token_id] or b""
+        text = self._since.decode("utf-8", errors="replace")
+        if any(t in text for t in self.stops):
+            self.mode = Mode.DONE
+            return None
+        m = self.call_end.search(text)
+        if m is None:
+            return None
+        self._since = b""
+        try:
+            event = CallEvent(m.group(0), [self.parse(m.group(0))])
+        except (CallParseError, ValueError) as exc:
+            event = CallEvent(m.group(0), [], str(exc))
+        self.events.append(event)
+        if self.after_call == "stop" or len(self.events) >= self.max_calls:
+            self.mode = Mode.DONE
+        return event
+
+    def stop(self) -> None:
+        """End the sequence now."""
+        self.mode = Mode.DONE
+
+    def inject(self, tokens: list[int]) -> None:
+        """Tokens the caller appends (a tool's result)."""
+        self.tokens.extend(tokens)
+        self._since = b""

@@ -15,11 +15,13 @@ from typing import Any
 
 import torch
 
-from tooldec.decoding.controller import CallController, CallEvent
+from tooldec.decoding.controller import CallController, CallEvent, FreeController
 from tooldec.decoding.sampling import SamplingParams, sample_token
 from tooldec.vocab import Vocabulary
 
+Controller = CallController | FreeController
 OnCall = Callable[[int, CallEvent], str | None]
+"""Called when row `int` finishes a call: returns the text to append (a tool's result), or None to end the row."""
 
 
 @dataclass
@@ -52,7 +54,7 @@ class Decoder:
     def generate(
         self,
         prompts: Sequence[Sequence[int]],
-        controllers: Sequence[CallController],
+        controllers: Sequence[Controller],
         params: SamplingParams = SamplingParams(),
         *,
         max_new_tokens: int = 256,
@@ -62,7 +64,7 @@ class Decoder:
         """Decode every prompt until its controller is done or `max_new_tokens` are generated.
 
         `on_call(row, event)` runs when a row finishes a call; the text it returns (a tool's result) is
-        appended to that row in text mode, and decoding goes on.
+        appended to that row in text mode and decoding goes on; None ends the row.
         """
         if len(prompts) != len(controllers):
             raise ValueError(f"{len(prompts)} prompts but {len(controllers)} controllers")
@@ -132,7 +134,7 @@ class Decoder:
     def _feed(
         self,
         row: int,
-        ctrl: CallController,
+        ctrl: Controller,
         gen: Generation,
         token: int,
         pending: list[int],
@@ -143,7 +145,9 @@ class Decoder:
         if event is None or on_call is None:
             return
         result = on_call(row, event)
-        if result and not ctrl.done:
+        if result is None:
+            ctrl.stop()
+        elif result and not ctrl.done:
             tokens = self.vocab.encode(result)
             ctrl.inject(tokens)
             pending.extend(tokens)
@@ -152,7 +156,7 @@ class Decoder:
     def _take_forced(
         self,
         row: int,
-        ctrl: CallController,
+        ctrl: Controller,
         gen: Generation,
         pending: list[int],
         on_call: OnCall | None,

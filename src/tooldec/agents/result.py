@@ -1,0 +1,35 @@
+"""What an agent run gives back: the answer, every call with its result, the text and what it cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tooldec.agents.executor import ToolResult
+
+
+@dataclass
+class AgentResult:
+    """One question answered with tools."""
+
+    answer: str | None
+    calls: list[ToolResult] = field(default_factory=list)
+    text: str = ""
+    tokens: int = 0
+    seconds: float = 0.0
+    forward_passes: int = 0
+    forced_tokens: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `tooldec run --json` object."""
+        return {
+            "answer": self.answer,
+            "calls": [c.to_dict() for c in self.calls],
+            "text": self.text,
+            "tokens": self.tokens,
+            "seconds": round(self.seconds, 3),
+            "forward_passes": self.forward_passes,
+            "forced_tokens": self.forced_tokens,
+            "errors": self.errors,
+        }

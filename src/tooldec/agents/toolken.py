@@ -1,0 +1,109 @@
+"""ToolkenGPT-style inline calls (FuncQA): free text, `<` opens a call, the tool's result follows `=`.
+
+In text mode the model writes freely; once it writes `<`, only tool names can follow (the name trie), then
+`>(`, numbers in the tool's arity, and `)=`. The tool runs, its result is appended after `=`, and decoding
+returns to text mode. Without guidance the same prompt is decoded freely and calls are read best-effort.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tooldec.agents.answer import extract_answer
+from tooldec.agents.executor import ToolExecutor, ToolResult, format_value
+from tooldec.agents.result import AgentResult
+from tooldec.backends.loader import LoadedModel
+from tooldec.compiler import Compiler
+from tooldec.decoding import CallController, CallEvent, FreeController, SamplingParams
+from tooldec.decoding.decoder import Decoder
+from tooldec.grammar.calls import ToolkenCall
+
+CALL_END = re.compile(r"<([A-Za-z_][\w.\-]*)>\(([^()]*)\)=$")
+STOPS = ("\n",)  # every few-shot answer is one line
+
+EXAMPLES = """\
+Q: A shop sold 215 apples in the morning and 378 in the afternoon. How many apples did it sell in total?
+A: <add>(215,378)=593. So, the answer is 593.
+
+Q: A man had 789.4 dollars and spent 11.99 dollars. How much money does he have left?
+A: <subtract>(789.4,11.99)=777.41. So, the answer is 777.41.
+
+Q: A box holds 24 bottles. How many bottles are in 17 boxes?
+A: <multiply>(24,17)=408. So, the answer is 408.
+
+Q: A rope of 12.6 meters is cut into 4 equal pieces. How long is each piece?
+A: <divide>(12.6,4)=3.15. So, the answer is 3.15.
+
+Q: If an investment grows by 5% a year, how many times larger is it after 7 years?
+A: <power>(1.05,7)=1.4071. So, the answer is 1.4071.
+
+Q: A square garden has an area of 50 square meters. How long is one side?
+A: <sqrt>(50)=7.0711. So, the answer is 7.0711.
+"""
+
+
+def toolken_prompt(question: str, tool_names: list[str]) -> str:
+    """A few-shot prompt that shows the `<tool>(args)=result` syntax, then the question."""
+    names = ", ".join(f"<{n}>" for n in tool_names)
+    return f"Answer the following questions with {names}:\n\n{EXAMPLES}\nQ: {question}\nA:"
+
+
+@dataclass
+class ToolkenAgent:
+    """Answers a question with inline tool calls; `guided=False` is the unconstrained baseline."""
+
+    lm: LoadedModel
+    executor: ToolExecutor
+    guided: bool = True
+    jump_forward: bool = True
+    params: SamplingParams = field(default_factory=SamplingParams)
+    max_new_tokens: int = 96
+    max_calls: int = 8
+
+    def run(self, question: str, *, prompt: str | None = None) -> AgentResult:
+        """Decode an answer to `question` (or to a ready `prompt`), running every call the model writes."""
+        text = prompt if prompt is not None else toolken_prompt(question, list(self.executor.tools.names))
+        vocab = self.lm.vocab
+        fmt = ToolkenCall()
+        if self.guided:
+            grammar = Compiler(vocab).compile(self.executor.tools, fmt)
+            ctrl: CallController | FreeController = CallController(
+                grammar, trigger="<", after_call="text", max_calls=self.max_calls, stop=STOPS
+            )
+        else:
+            ctrl = FreeController(vocab, CALL_END, fmt.parse, max_calls=self.max_calls, stop=STOPS)
+        results: list[ToolResult] = []
+        errors: list[str] = []
+
+        def on_call(_: int, event: CallEvent) -> str:
+            if event.error or not event.calls:
+                errors.append(event.error or "no call")
+                return "?"
+            result = self.executor.run(event.calls[0])
+            results.append(result)
+            if not result.ok:
+                errors.append(result.error or "")
+            return format_value(result.result) if result.ok else "?"
+
+        gen = Decoder(self.lm.model, vocab).generate(
+            [self.lm.tokenizer.encode(text)],
+            [ctrl],
+            self.params,
+            max_new_tokens=self.max_new_tokens,
+            jump_forward=self.jump_forward,
+            on_call=on_call,
+        )[0]
+        answer_text = gen.text
+        for stop in STOPS:
+            answer_text = answer_text.split(stop)[0]
+        return AgentResult(
+            answer=extract_answer(answer_text),
+            calls=results,
+            text=answer_text.strip(),
+            tokens=gen.sampled_tokens + gen.forced_tokens,
+            seconds=gen.seconds,
+            forward_passes=gen.forward_passes,
+            forced_tokens=gen.forced_tokens,
+            errors=errors,
+        )
