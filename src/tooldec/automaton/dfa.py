@@ -123,11 +123,14 @@ def determinize(nfa: NFA) -> DFA:
             for mask, target in edges[s]:
                 grouped.setdefault(mask, set()).add(target)
         by_target: dict[int, int] = {}
-        for mask, targets in _partition(grouped):
-            union: set[int] = set()
-            for t in targets:
-                union |= closures.of(t)
-            key = frozenset(union)
+        for mask, targets in _partition(grouped) if len(grouped) > 1 else grouped.items():
+            if len(targets) == 1:
+                key = closures.of(next(iter(targets)))  # a literal step: no union to build
+            else:
+                union: set[int] = set()
+                for t in targets:
+                    union |= closures.of(t)
+                key = frozenset(union)
             tid = ids.get(key)
             if tid is None:
                 tid = len(order)
@@ -176,20 +179,31 @@ def finish(rows: list[list[tuple[int, int]]], accepting: list[bool]) -> DFA:
     rep = np.zeros(n_classes, dtype=np.int64)
     for b in range(255, -1, -1):
         rep[classes[b]] = b
-    mask_classes: dict[int, np.ndarray] = {}
-    trans = np.zeros((count, n_classes), dtype=np.int32)
+    rep_list = rep.tolist()
+    mask_classes: dict[int, list[int]] = {}
+    cells: list[int] = []  # flat index state * n_classes + class
+    targets: list[int] = []
     acc = np.zeros(count, dtype=bool)
+    acc_ids = []
     for s in range(1, n):
         if not alive[s]:
             continue
         ns = new_id[s]
-        acc[ns] = accepting[s]
+        if accepting[s]:
+            acc_ids.append(ns)
+        base = ns * n_classes
         for m, t in rows[s]:
             if not alive[t]:
                 continue
             cl = mask_classes.get(m)
             if cl is None:
-                cl = np.array([c for c in range(n_classes) if (m >> int(rep[c])) & 1], dtype=np.int64)
-                mask_classes[m] = cl
-            trans[ns, cl] = new_id[t]
+                cl = mask_classes[m] = [c for c in range(n_classes) if (m >> rep_list[c]) & 1]
+            nt = new_id[t]
+            for c in cl:
+                cells.append(base + c)
+                targets.append(nt)
+    acc[acc_ids] = True
+    trans = np.zeros(count * n_classes, dtype=np.int32)
+    trans[cells] = targets
+    trans = trans.reshape(count, n_classes)
     return DFA(trans=trans, classes=classes, accepting=acc, start=1 if count > 1 else DEAD)
