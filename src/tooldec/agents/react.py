@@ -1,0 +1,120 @@
+"""ReAct for multi-step tool use: `Thought:` free text, then a guided `Action:` / `Action Input:` call.
+
+The model thinks freely; once it writes `Action:`, the rest of the action is guided: an existing tool name
+(or `Finish`), a newline, `Action Input: ` and a JSON object valid for that tool. The tool runs and its result
+comes back as `Observation:`; `Finish` ends the run with its `answer`. A step limit bounds the loop.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tooldec.agents.executor import ToolExecutor, ToolResult
+from tooldec.agents.result import AgentResult
+from tooldec.backends.loader import LoadedModel
+from tooldec.compiler import Compiler
+from tooldec.decoding import CallController, CallEvent, FreeController, SamplingParams
+from tooldec.decoding.decoder import Decoder
+from tooldec.grammar.calls import ReactCall
+from tooldec.specs import ToolSet, ToolSpec
+
+FINISH = ToolSpec(
+    "Finish",
+    "End the task and give the final answer.",
+    {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
+)
+CALL_END = re.compile(r"Action: *[^\n]+\nAction Input: *\{.*\}\n$", re.DOTALL)
+
+
+def describe_tools(tools: ToolSet, *, with_parameters: bool = True) -> str:
+    """One line per tool: name, description and (optionally) its parameters' JSON Schema."""
+    lines = []
+    for tool in tools:
+        line = f"- {tool.name}: {tool.description}".rstrip(": ")
+        if with_parameters:
+            line += f" Parameters: {json.dumps(tool.parameters.get('properties', {}))}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def react_prompt(question: str, tools: ToolSet) -> str:
+    """The ReAct instructions, the tools (with Finish) and the question, ending where the first Thought starts."""
+    return (
+        "Answer the question by using tools. Use this format:\n"
+        "Thought: what to do next\n"
+        "Action: the tool to use, one of [" + ", ".join(tools.names) + "]\n"
+        'Action Input: the arguments as a JSON object, e.g. {"a": 1}\n'
+        "Observation: the tool's result\n"
+        "... (Thought/Action/Action Input/Observation can repeat)\n"
+        'When you know the answer: Action: Finish and Action Input: {"answer": "..."}\n\n'
+        f"Tools:\n{describe_tools(tools)}\n\nQuestion: {question}\nThought:"
+    )
+
+
+@dataclass
+class ReactAgent:
+    """Answers a question in ReAct steps; `guided=False` decodes freely and parses actions best-effort."""
+
+    lm: LoadedModel
+    executor: ToolExecutor
+    guided: bool = True
+    jump_forward: bool = True
+    params: SamplingParams = field(default_factory=SamplingParams)
+    max_steps: int = 6
+    max_new_tokens: int = 512
+    prompt_builder: Callable[[str, ToolSet], str] = react_prompt
+
+    def run(self, question: str) -> AgentResult:
+        """Loop Thought → Action → Observation until Finish or the step limit."""
+        tools = ToolSet([*self.executor.tools, FINISH])
+        vocab = self.lm.vocab
+        fmt = ReactCall()
+        stops = ("\nObservation:", "\nQuestion:")
+        if self.guided:
+            grammar = Compiler(vocab).compile(tools, fmt)
+            ctrl: CallController | FreeController = CallController(
+                grammar, trigger="Action:", after_call="text", max_calls=self.max_steps, stop=stops
+            )
+        else:
+            ctrl = FreeController(vocab, CALL_END, fmt.parse, max_calls=self.max_steps, stop=stops)
+        results: list[ToolResult] = []
+        errors: list[str] = []
+        answer: list[Any] = []
+
+        def on_call(_: int, event: CallEvent) -> str | None:
+            if event.error or not event.calls:
+                errors.append(event.error or "no call")
+                return "Observation: Error: the action could not be read\nThought:"
+            call = event.calls[0]
+            if call.name == FINISH.name:
+                answer.append(call.arguments.get("answer"))
+                return None
+            result = self.executor.run(call)
+            results.append(result)
+            if not result.ok:
+                errors.append(result.error or "")
+            return f"Observation: {result.observation()}\nThought:"
+
+        gen = Decoder(self.lm.model, vocab).generate(
+            [self.lm.tokenizer.encode(self.prompt_builder(question, self.executor.tools))],
+            [ctrl],
+            self.params,
+            max_new_tokens=self.max_new_tokens,
+            jump_forward=self.jump_forward,
+            on_call=on_call,
+        )[0]
+        final = answer[0] if answer else None
+        return AgentResult(
+            answer=None if final is None else str(final),
+            calls=results,
+            text=gen.text.strip(),
+            tokens=gen.sampled_tokens + gen.forced_tokens,
+            seconds=gen.seconds,
+            forward_passes=gen.forward_passes,
+            forced_tokens=gen.forced_tokens,
+            errors=errors,
+        )
