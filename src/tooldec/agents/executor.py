@@ -100,3 +100,52 @@ class ToolExecutor:
         except Exception as exc:  # noqa: BLE001 -- a tool's failure is an observation, not a crash
             return ToolResult(call.name, arguments, error=f"{type(exc).__name__}: {exc}")
         return ToolResult(call.name, arguments, result)
+
+
+def _not_implemented(name: str) -> Callable[..., Any]:
+    def run(**_: Any) -> Any:
+        raise NotImplementedError(f"tool {name!r} was described in a file and has no Python implementation")
+
+    run.__name__ = name
+    return run
+
+
+def load_executor(source: str | None) -> ToolExecutor:
+    """Tools to run: None for the FuncQA math tools; `file.py` or `package.module` (optionally `:f,g`) for
+    the public functions of a module; a JSON tools file for described tools (calls are made, not run)."""
+    import importlib
+    import importlib.util
+    import inspect
+    from pathlib import Path
+
+    from tooldec.specs import load_tools_file
+    from tooldec.toolsets import FUNCQA_FUNCTIONS, funcqa_tools
+
+    if source is None:
+        return ToolExecutor(FUNCQA_FUNCTIONS, funcqa_tools())
+    target, _, names = source.partition(":")
+    path = Path(target)
+    if path.suffix == ".json" or (path.is_file() and path.suffix != ".py"):
+        tools = load_tools_file(path)
+        return ToolExecutor({t.name: _not_implemented(t.name) for t in tools}, tools)
+    if path.suffix == ".py":
+        if not path.is_file():
+            raise FileNotFoundError(f"no such tools module: {path}")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(target)
+    if names:
+        functions = [getattr(module, n.strip()) for n in names.split(",") if n.strip()]
+    else:
+        functions = [
+            f
+            for n, f in vars(module).items()
+            if inspect.isfunction(f) and f.__module__ == module.__name__ and not n.startswith("_")
+        ]
+    if not functions:
+        raise ValueError(f"no public functions in {source}")
+    return ToolExecutor.from_functions(functions)

@@ -241,14 +241,15 @@ class FreeController:
     def __init__(
         self,
         vocab: Any,
-        call_end: re.Pattern[str],
-        parse: Callable[[str], ParsedCall],
+        call_end: re.Pattern[str] | None,
+        parse: Callable[[str], ParsedCall] | None = None,
         *,
         after_call: Literal["stop", "text"] = "text",
         max_calls: int = 16,
         stop: tuple[str, ...] = (),
     ) -> None:
-        """Watch for calls matching `call_end`; stop on EOS, a stop text or `max_calls` calls."""
+        """Watch for calls matching `call_end` (None: the caller reads calls afterwards); stop on EOS, a stop
+        text or `max_calls` calls."""
         self.vocab = vocab
         self.call_end = call_end
         self.parse = parse
@@ -284,8 +285,8 @@ class FreeController:
         if any(t in text for t in self.stops):
             self.mode = Mode.DONE
             return None
-        m = self.call_end.search(text)
-        if m is None:
+        m = self.call_end.search(text) if self.call_end is not None else None
+        if m is None or self.parse is None:
             return None
         self._since = b""
         try:

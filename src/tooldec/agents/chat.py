@@ -1,0 +1,183 @@
+"""Chat-template tool calls: the model's template renders the tools; its own call syntax is enforced.
+
+Qwen/Hermes write `<tool_call>\\n{json}\\n</tool_call>` (several in one turn for parallel calls), Llama-3.1
+writes a bare `{"name": …, "parameters": …}`, Mistral writes `[TOOL_CALLS]` and a JSON list. Free text is
+untouched until the model opens a call; from there the call is guided. `tool_choice` is "auto", "none",
+"required" or a tool name (which forces a call of that tool). After each round the calls run, their results
+go back as `tool` messages, and the model answers or calls again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from tooldec.agents.executor import ToolExecutor, ToolResult
+from tooldec.agents.result import AgentResult
+from tooldec.backends.loader import LoadedModel
+from tooldec.compiler import Compiler
+from tooldec.decoding import CallController, FreeController, SamplingParams
+from tooldec.decoding.decoder import Decoder
+from tooldec.grammar.calls import CallParseError, ParsedCall, get_format
+from tooldec.specs import ToolSet
+
+
+@dataclass(frozen=True)
+class ChatSyntax:
+    """How one model family writes calls: the tooldec format, the text or token that opens a call, and
+    whether several calls may follow each other in one turn."""
+
+    format: str
+    trigger: str
+    parallel: bool
+
+
+CHAT_SYNTAXES: dict[str, ChatSyntax] = {
+    "hermes": ChatSyntax("hermes", "<tool_call>", parallel=True),
+    "llama31": ChatSyntax("llama31", '{"name": ', parallel=False),
+    "mistral": ChatSyntax("mistral", "[TOOL_CALLS]", parallel=True),
+}
+
+
+def detect_syntax(tokenizer: Any) -> str:
+    """The call syntax a model's chat template expects (Hermes when the template says nothing of tools)."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if isinstance(template, dict):
+        template = " ".join(template.values())
+    if "[TOOL_CALLS]" in template:
+        return "mistral"
+    if "<|python_tag|>" in template or "Environment: ipython" in template:
+        return "llama31"
+    return "hermes"
+
+
+def template_renders_tools(lm: LoadedModel) -> bool:
+    """Whether the chat template puts the tools in the prompt (SmolLM2's, for one, ignores them)."""
+    probe = [{"role": "user", "content": "x"}]
+    marker = {"type": "function", "function": {"name": "zq_probe_tool", "description": "", "parameters": {}}}
+    try:
+        return "zq_probe_tool" in lm.tokenizer.apply_chat_template(probe, tools=[marker], tokenize=False)
+    except Exception:  # noqa: BLE001 -- a template that rejects tools does not render them
+        return False
+
+
+def hermes_system_prompt(tools: ToolSet) -> str:
+    """Tool instructions in the Hermes/Qwen style, for templates that do not render tools themselves."""
+    listing = "\n".join(json.dumps(t.to_openai()) for t in tools)
+    return (
+        "You may call one or more functions to assist with the user query.\n"
+        f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{listing}\n</tools>\n"
+        "For each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+    )
+
+
+@dataclass
+class ChatAgent:
+    """Answers through the chat template, running the calls the model makes; `guided=False` is the baseline."""
+
+    lm: LoadedModel
+    executor: ToolExecutor
+    tool_choice: str = "auto"
+    guided: bool = True
+    jump_forward: bool = True
+    params: SamplingParams = field(default_factory=SamplingParams)
+    syntax: str | None = None
+    max_rounds: int = 4
+    max_new_tokens: int = 256
+
+    def messages_for(self, question: str) -> list[dict[str, Any]]:
+        """The opening messages: the tool instructions (when the template lacks them) and the question."""
+        messages: list[dict[str, Any]] = []
+        if not template_renders_tools(self.lm):
+            messages.append({"role": "system", "content": hermes_system_prompt(self.executor.tools)})
+        messages.append({"role": "user", "content": question})
+        return messages
+
+    def _controller(self, tools: ToolSet, syntax: ChatSyntax, choice: str) -> CallController:
+        grammar = Compiler(self.lm.vocab).compile(tools, syntax.format)
+        return CallController(
+            grammar,
+            trigger=syntax.trigger,
+            tool_choice=choice,  # type: ignore[arg-type]
+            after_call="text" if syntax.parallel else "stop",
+        )
+
+    def run(self, question: str) -> AgentResult:
+        """Chat rounds until the model answers without calling a tool, or `max_rounds`."""
+        syntax = CHAT_SYNTAXES[self.syntax or detect_syntax(self.lm.tokenizer)]
+        messages = self.messages_for(question)
+        openai_tools = [t.to_openai() for t in self.executor.tools]
+        results: list[ToolResult] = []
+        errors: list[str] = []
+        totals = AgentResult(answer=None)
+        choice = self.tool_choice
+        decoder = Decoder(self.lm.model, self.lm.vocab)
+        for _ in range(self.max_rounds):
+            tools = self.executor.tools
+            mode = choice
+            if choice not in ("auto", "none", "required"):
+                if choice not in tools:
+                    raise ValueError(f"tool_choice names an unknown tool {choice!r}")
+                tools, mode = ToolSet([tools[choice]]), "required"
+            ctrl: CallController | FreeController = (
+                self._controller(tools, syntax, mode) if self.guided else FreeController(self.lm.vocab, None)
+            )
+            gen = decoder.generate(
+                [self.lm.encode_chat(messages, tools=openai_tools)],
+                [ctrl],
+                self.params,
+                max_new_tokens=self.max_new_tokens,
+                jump_forward=self.jump_forward,
+            )[0]
+            totals.tokens += gen.sampled_tokens + gen.forced_tokens
+            totals.seconds += gen.seconds
+            totals.forward_passes += gen.forward_passes
+            totals.forced_tokens += gen.forced_tokens
+            totals.text += gen.text
+            calls = [call for event in gen.events for call in event.calls]
+            errors.extend(event.error for event in gen.events if event.error)
+            if not self.guided:
+                calls, parse_errors = parse_free_calls(gen.text, syntax)
+                errors.extend(parse_errors)
+            if not calls:
+                totals.answer = gen.text.strip()
+                break
+            messages.append({"role": "assistant", "content": gen.text})
+            for call in calls:
+                result = self.executor.run(call)
+                results.append(result)
+                if not result.ok:
+                    errors.append(result.error or "")
+                messages.append({"role": "tool", "name": call.name, "content": result.observation()})
+            choice = "auto"
+        totals.calls = results
+        totals.errors = errors
+        return totals
+
+
+def parse_free_calls(text: str, syntax: ChatSyntax) -> tuple[list[ParsedCall], list[str]]:
+    """Best-effort reading of calls in freely decoded text (the baseline): parsed calls and parse errors."""
+    fmt = get_format(syntax.format)
+    calls: list[ParsedCall] = []
+    errors: list[str] = []
+    if syntax.format == "hermes":
+        chunks = [c.split("</tool_call>")[0] for c in text.split("<tool_call>")[1:]]
+        for chunk in chunks:
+            try:
+                calls.append(fmt.parse("<tool_call>\n" + chunk.strip() + "\n</tool_call>"))
+            except CallParseError as exc:
+                errors.append(str(exc))
+        return calls, errors
+    start = text.find(syntax.trigger) if syntax.trigger in text else -1
+    if start < 0:
+        return [], []
+    body = text[start + (len(syntax.trigger) if syntax.format == "mistral" else 0) :].strip()
+    try:
+        parse_all = getattr(fmt, "parse_all", None)
+        calls = parse_all(body) if parse_all else [fmt.parse(body)]
+    except CallParseError as exc:
+        errors.append(str(exc))
+    return calls, errors
