@@ -154,3 +154,10 @@ def test_cli_bench_json_last_line(tok_dir: Path, monkeypatch: pytest.MonkeyPatch
     assert [(r["engine"], r["status"]) for r in rows] == [("tooldec", "ok"), ("xgrammar", "skipped")]
     assert KEYS <= set(rows[0])
     assert (shared / "out" / "bench.json").is_file() and (shared / "out" / "bench.md").is_file()
+
+
+def test_ratios_are_peer_over_tooldec_and_skip_noise() -> None:
+    base = {"workload": "w", "tokenizer": "t", "status": "ok", "compile_ms": 10.0, "rss_mb": 0.1}
+    rows = report.add_ratios([base | {"engine": "tooldec"}, base | {"engine": "peer", "compile_ms": 25.0}])
+    assert rows[1]["compile_ratio"] == 2.5
+    assert rows[1]["rss_ratio"] is None

@@ -20,19 +20,25 @@ RATIO_FIGURES = {
 }
 """Figure → the key of its ratio (peer / tooldec: above 1 means tooldec is ahead)."""
 
+RATIO_FLOORS = {"rss_mb": 0.5}
+"""Figures whose ratio is left out when tooldec's value is below the floor (RSS growth under 0.5 MB is noise)."""
+
+
+def add_ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Set each row's ratios to tooldec's figures in the same workload and tokenizer (in place; returned)."""
+    ours = {(r["workload"], r["tokenizer"]): r for r in rows if r["engine"] == "tooldec" and r["status"] == "ok"}
+    for row in rows:
+        base = ours.get((row["workload"], row["tokenizer"]), {})
+        for figure, key in RATIO_FIGURES.items():
+            mine, theirs = row.get(figure), base.get(figure)
+            usable = mine is not None and theirs and theirs >= RATIO_FLOORS.get(figure, 0.0)
+            row[key] = round(mine / theirs, 3) if usable else None
+    return rows
+
 
 def rows(results: list[CellResult]) -> list[dict[str, Any]]:
-    """Flat JSON objects, each peer's with its ratios to tooldec's figures in the same workload and tokenizer."""
-    ours = {(r.workload, r.tokenizer): r for r in results if r.engine == "tooldec" and r.status == "ok"}
-    out = []
-    for r in results:
-        d = r.as_dict()
-        base = ours.get((r.workload, r.tokenizer))
-        for figure, key in RATIO_FIGURES.items():
-            mine, theirs = getattr(r, figure), getattr(base, figure) if base else None
-            d[key] = round(mine / theirs, 3) if mine is not None and theirs else None
-        out.append(d)
-    return out
+    """Flat JSON objects, each with its ratios to tooldec's figures in the same workload and tokenizer."""
+    return add_ratios([r.as_dict() for r in results])
 
 
 def document(results: list[CellResult], settings: dict[str, Any]) -> dict[str, Any]:
@@ -65,7 +71,7 @@ def _with_ratio(row: dict[str, Any], figure: str, digits: int) -> str:
     text = _fmt(row[figure], digits)
     ratio = row.get(RATIO_FIGURES[figure])
     if row["engine"] != "tooldec" and ratio is not None:
-        text += f" (×{ratio:.2g})"
+        text += f" (×{ratio:,.0f})" if ratio >= 10 else f" (×{ratio:.2g})"
     return text
 
 
