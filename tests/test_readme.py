@@ -1,4 +1,4 @@
-"""The README's Python example runs as written (it reads the Llama-3 tokenizer from ../shared)."""
+"""The README's Python examples run as written (the engine one reads ../shared; the model one fetches SmolLM2)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,17 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_readme_python_example_runs(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     if not (ROOT.parent / "shared" / "tokenizers" / "llama3").exists():
         pytest.skip("../shared is not present")
-    block = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)[0]
+    block = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)[1]
     monkeypatch.chdir(ROOT)
     exec(compile(block, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - runs our own README
-    assert "True ParsedCall(name='multiply', arguments={'a': 3.14, 'b': 123})" in capsys.readouterr().out
+    assert "True ParsedCall(name='multiply', arguments={'a': 3.14, 'b': 123}" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_readme_model_example_makes_a_valid_call(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    block = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)[0]
+    exec(compile(block, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - runs our own README
+    name, _, args = capsys.readouterr().out.strip().splitlines()[-1].partition(" ")
+    assert name in ("multiply", "add") and set(eval(args)) == {"a", "b"}
