@@ -227,6 +227,50 @@ def fetch_model_command(
         _fail(str(exc))
 
 
+@app.command("eval")
+def eval_command(
+    benchmark: str = typer.Argument(..., help="funcqa-oh|funcqa-mh|kamel|restbench-tmdb|restbench-spotify|bfcl-*"),
+    model: str = typer.Option("smollm2", "--model", help="Embedded model name, folder, .gguf file or hub id."),
+    decoding: str = typer.Option("tooldec", "--decoding", help="tooldec | free | fuzzy."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N items."),
+    tools: int | None = typer.Option(None, "--tools", help="KAMEL: number of relations K (30, 60, 100, 234)."),
+    out: Path | None = typer.Option(None, "--out", help="Run folder (default runs/<benchmark>-<model>-<mode>)."),
+    shared: Path | None = typer.Option(None, "--shared", help="Shared folder (default $TOOLDEC_SHARED, ../shared)."),
+    resume: bool = typer.Option(False, "--resume", help="Keep the records of a partial run in --out."),
+    compressed: Path | None = typer.Option(None, "--compressed", help="Short tool descriptions (compress-tools)."),
+    threads: int | None = typer.Option(None, "--threads", help="torch CPU threads."),
+) -> None:
+    """Evaluate a model on a benchmark with ToolDec, free or fuzzy decoding; write results, table and plots."""
+    from tooldec.eval.run import run_eval
+
+    try:
+        run_eval(benchmark, model=model, decoding=decoding, limit=limit, tools=tools, out=out, shared=shared,
+                 resume=resume, compressed=compressed, threads=threads, console=err)
+    except (ToolDecError, OSError) as exc:
+        _fail(str(exc))
+
+
+@app.command("compress-tools")
+def compress_tools_command(
+    tools_file: Path = typer.Argument(..., help="OpenAI/MCP tool list, a BFCL entry or an OpenAPI document."),
+    model: str = typer.Option("smollm2", "--model", help="The model that rewrites the documentation."),
+    out: Path = typer.Option(..., "--out", help="Compressed tools JSON (also the cache)."),
+) -> None:
+    """Rewrite each tool's documentation into a short description (ToolDec §3.2), cached per model and doc."""
+    from tooldec.backends import load_model
+    from tooldec.eval.compress import compress_tools, read_compressed, write_compressed
+    from tooldec.specs import load_tools_file
+
+    try:
+        specs = load_tools_file(tools_file)
+        lm = load_model(None if model == "smollm2" else model)
+        doc = compress_tools(lm, specs, model, read_compressed(out), progress=lambda name: err.print(name))
+        write_compressed(out, doc)
+    except (ToolDecError, OSError) as exc:
+        _fail(str(exc))
+    err.print(f"tokens per tool: {doc['tokens_per_tool_before']:.1f} -> {doc['tokens_per_tool_after']:.1f}")
+
+
 def main() -> None:
     """Entry point for `python -m tooldec`."""
     app()

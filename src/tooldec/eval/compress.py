@@ -1,0 +1,132 @@
+"""Prompt compression (ToolDec paper §3.2): a model rewrites each tool's documentation into a short description.
+
+With ToolDec the grammar enforces names, types and syntax, so the prompt only has to say what each tool is
+for. The rewrite is cached in the output file per tool, keyed by the model and the sha256 of the tool's full
+documentation, so a second run only rewrites tools that are new or changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tooldec.backends.loader import LoadedModel
+from tooldec.decoding import FreeController
+from tooldec.decoding.decoder import Decoder
+from tooldec.errors import ToolDecError
+from tooldec.grammar.calls import CallParseError, ParsedCall
+from tooldec.specs import ToolSpec
+
+COMPRESS_PROMPT = """\
+Below is the documentation of one API tool, as JSON. Rewrite it as one short sentence that says what the \
+tool does and what it needs, in plain words. Do not mention types, JSON, parameter syntax, defaults or \
+examples. Answer with the sentence only.
+
+Documentation:
+{doc}"""
+"""The rewriting prompt, sent as the user turn of the model's chat template (or as plain text without one)."""
+
+_NEVER = re.compile(r"(?!x)x")
+MAX_WORDS = 40
+
+
+def _no_call(text: str) -> ParsedCall:
+    """The rewrite holds no calls (the never-matching pattern never asks)."""
+    raise CallParseError(f"not a call: {text!r}")
+
+
+def tool_doc(spec: ToolSpec) -> str:
+    """The full documentation of a tool as the model reads it (OpenAI function JSON)."""
+    return json.dumps(spec.to_openai()["function"], ensure_ascii=False, sort_keys=True)
+
+
+def cache_key(model: str, spec: ToolSpec) -> str:
+    """sha256 of the model name, the prompt and the tool's documentation."""
+    return hashlib.sha256(f"{model}\0{COMPRESS_PROMPT}\0{tool_doc(spec)}".encode()).hexdigest()
+
+
+def clean_description(text: str) -> str:
+    """The first line of the model's answer, unquoted and cut to MAX_WORDS words."""
+    line = next((part.strip() for part in text.strip().splitlines() if part.strip()), "")
+    line = line.strip("\"'` ")
+    return " ".join(line.split()[:MAX_WORDS])
+
+
+def compress_tools(
+    lm: LoadedModel,
+    specs: Sequence[ToolSpec],
+    model: str,
+    cached: dict[str, Any] | None = None,
+    *,
+    max_new_tokens: int = 48,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The compressed-tools document: per tool its key, short description and token counts before and after."""
+    old = (cached or {}).get("tools", {})
+    decoder = Decoder(lm.model, lm.vocab)
+    encode = lambda text: lm.tokenizer.encode(text, add_special_tokens=False)
+    tools: dict[str, Any] = {}
+    for spec in specs:
+        key = cache_key(model, spec)
+        entry = old.get(spec.name)
+        if entry is None or entry.get("key") != key:
+            prompt = COMPRESS_PROMPT.format(doc=tool_doc(spec))
+            if getattr(lm.tokenizer, "chat_template", None):
+                ids = lm.encode_chat([{"role": "user", "content": prompt}])
+            else:
+                ids = encode(prompt + "\n\nShort description:")
+            ctrl = FreeController(lm.vocab, _NEVER, _no_call, max_calls=1, stop=("\n",))
+            gen = decoder.generate([ids], [ctrl], max_new_tokens=max_new_tokens)[0]
+            short = clean_description(gen.text) or spec.description
+            entry = {
+                "key": key,
+                "description": short,
+                "tokens_before": len(encode(tool_doc(spec))),
+                "tokens_after": len(encode(f"{spec.name}: {short}")),
+            }
+        tools[spec.name] = entry
+        if progress is not None:
+            progress(spec.name)
+    before = sum(t["tokens_before"] for t in tools.values())
+    after = sum(t["tokens_after"] for t in tools.values())
+    n = max(len(tools), 1)
+    return {
+        "model": model,
+        "prompt": COMPRESS_PROMPT,
+        "tokens_per_tool_before": before / n,
+        "tokens_per_tool_after": after / n,
+        "tools": tools,
+    }
+
+
+def read_compressed(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A compressed-tools document ({} when the file does not exist yet)."""
+    file = Path(path)
+    if not file.exists():
+        return {}
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ToolDecError(f"cannot read compressed tools {str(file)!r}: {err}") from err
+
+
+def load_compressed(path: str | os.PathLike[str]) -> dict[str, str]:
+    """Tool name -> short description from a compressed-tools file (written by any model)."""
+    doc = read_compressed(path)
+    if not doc:
+        raise ToolDecError(f"no compressed tools in {os.fspath(path)!r}; run `tooldec compress-tools` first")
+    return {name: entry["description"] for name, entry in doc.get("tools", {}).items()}
+
+
+def write_compressed(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:
+    """Write the document atomically."""
+    file = Path(path)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_name(file.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, file)

@@ -1,0 +1,85 @@
+"""`tooldec eval`: run a benchmark item by item with a progress bar, saving after each item so a run can resume."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tooldec.eval import report
+from tooldec.eval.runners import prepare
+
+
+def default_out(benchmark: str, model: str, decoding: str, tools: int | None, compressed: bool) -> Path:
+    """`runs/<benchmark>[-K]-<model>-<decoding>[-compressed]`."""
+    name = benchmark + (f"-{tools}" if tools else "") + f"-{Path(model).name}-{decoding}"
+    return Path("runs") / (name + ("-compressed" if compressed else ""))
+
+
+def run_eval(
+    benchmark: str,
+    *,
+    model: str,
+    decoding: str,
+    limit: int | None = None,
+    tools: int | None = None,
+    out: Path | None = None,
+    shared: Path | None = None,
+    resume: bool = False,
+    compressed: Path | None = None,
+    threads: int | None = None,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Evaluate `model` on the first `limit` items of `benchmark` under `decoding`; returns the results document."""
+    from tooldec.backends import load_model
+    from tooldec.eval.compress import load_compressed
+
+    console = console or Console(stderr=True)
+    if benchmark == "kamel" and tools is None:
+        tools = 30
+    out = out or default_out(benchmark, model, decoding, tools, compressed is not None)
+    config: dict[str, Any] = {
+        "benchmark": benchmark,
+        "model": model,
+        "decoding": decoding,
+        "tools": tools if benchmark == "kamel" else None,
+        "compressed": os.fspath(compressed) if compressed else None,
+        "limit": limit,
+        "seed": None,
+        "temperature": 0.0,
+    }
+    short = load_compressed(compressed) if compressed else None
+    lm = load_model(None if model == "smollm2" else model, threads=threads)
+    bench = prepare(
+        benchmark, lm, decoding, root=os.fspath(shared) if shared else None, tools=tools, compressed=short
+    )
+    config.update({k: v for k, v in bench.config.items() if k not in config or config[k] is None})
+    config["shared"] = os.fspath(shared) if shared else os.environ.get("TOOLDEC_SHARED", "../shared")
+    records = report.resume_records(out, config) if resume else []
+    chosen = list(bench.items[:limit] if limit is not None else bench.items)
+    todo = report.pending(chosen, records)
+    ids = {item.id for item in chosen}
+    records = [r for r in records if r.get("id") in ids]
+    model_info = {"name": lm.name, "source": lm.source}
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(_status(bench.name, records), total=len(chosen), completed=len(records))
+        for item in todo:
+            records.append(bench.run(item))
+            report.write_results(out, config, records, bench.files, model=model_info, notes=bench.notes, partial=True)
+            bar.update(task, advance=1, description=_status(bench.name, records))
+    doc = report.write_results(out, config, records, bench.files, model=model_info, notes=bench.notes)
+    console.print(f"wrote {out / report.RESULTS_FILE}, {out / report.TABLE_FILE}, {out / report.MODES_PLOT}")
+    return doc
+
+
+def _status(name: str, records: list[dict[str, Any]]) -> str:
+    """Progress text: the benchmark, running accuracy and syntax-error rate."""
+    if not records:
+        return name
+    acc = sum(bool(r.get("correct")) for r in records) / len(records)
+    errs = sum(r.get("syntax_error") is not None for r in records) / len(records)
+    return f"{name} acc {100 * acc:.1f}% syntax err {100 * errs:.1f}%"

@@ -1,0 +1,544 @@
+"""One benchmark item at a time, with a loaded model and a decoding mode: `tooldec`, `free` or `fuzzy`.
+
+`prepare(benchmark, lm, decoding, ...)` loads the data and builds what every item shares (tools, prompts,
+grammars); its `run(item)` returns the record report.py summarises: prediction, gold, `correct`, `syntax_error`
+(None, "format", "name" or "argument": the first error among the item's calls), `calls` (the verdict of each
+call the model started), `tokens_per_tool` (tool documentation in the prompt), `seconds` and
+`generated_tokens`. A call cut off by the token limit is marked `truncated` and is not a syntax error in any
+mode. Free and fuzzy calls are read with best-effort parsers; ToolDec's calls with the format's own parser.
+Fuzzy decoding maps every tool name to the nearest existing one before it runs or is scored.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tooldec.agents.executor import ToolExecutor, ToolResult
+from tooldec.agents.react import FINISH, ReactAgent, describe_tools, react_prompt
+from tooldec.agents.toolken import ToolkenAgent
+from tooldec.backends.loader import LoadedModel
+from tooldec.compiler import Compiler
+from tooldec.decoding import CallController, FreeController
+from tooldec.decoding.decoder import Decoder
+from tooldec.errors import ToolDecError
+from tooldec.eval import data as datasets
+from tooldec.eval.bfcl import check_entry
+from tooldec.eval.metrics import (
+    SyntaxCheck,
+    SyntaxChecker,
+    correct_path,
+    funcqa_correct,
+    fuzzy_call,
+    parse_number,
+)
+from tooldec.eval.restbench_sim import RestSimulator
+from tooldec.grammar.calls import CallParseError, ParsedCall, ReactCall, ToolkenCall
+from tooldec.specs import ToolSet, ToolSpec, from_openai_tools
+from tooldec.toolsets.funcqa import FUNCQA_FUNCTIONS, funcqa_tools
+from tooldec.toolsets.kamel import kamel_tools
+
+Decoding = Literal["tooldec", "free", "fuzzy"]
+DECODINGS: tuple[str, ...] = ("tooldec", "free", "fuzzy")
+BENCHMARKS: tuple[str, ...] = (
+    "funcqa-oh",
+    "funcqa-mh",
+    "kamel",
+    "restbench-tmdb",
+    "restbench-spotify",
+    "bfcl-simple",
+    "bfcl-multiple",
+    "bfcl-parallel",
+    "bfcl-parallel-multiple",
+    "bfcl-irrelevance",
+)
+SIMULATED_NOTE = (
+    "RestBench responses are simulated: a local simulator returns schema-shaped data from the OpenAPI "
+    "document (no network); only the plan of calls is scored (correct path rate)."
+)
+TOOLKEN_CALL = re.compile(r"<([A-Za-z_][\w.\-]*)>\(([^()]*)\)=$")
+HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>$", re.DOTALL)
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+
+
+class EvalError(ToolDecError, ValueError):
+    """An unknown benchmark or decoding mode, or options that do not fit the benchmark."""
+
+
+@dataclass
+class Benchmark:
+    """A prepared benchmark: its items, data file hashes, report notes and the runner of one item."""
+
+    name: str
+    items: Sequence[Any]
+    files: dict[str, str]
+    run: Callable[[Any], dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+class LenientHermes:
+    """Best-effort reader of `<tool_call>{...}</tool_call>` for free decoding: any spacing, `parameters` too."""
+
+    name = "hermes-lenient"
+
+    def parse(self, text: str) -> ParsedCall:
+        """The call between the tags (either tag may be missing); raises CallParseError."""
+        body = text.strip().removeprefix(TOOL_CALL_OPEN).removesuffix(TOOL_CALL_CLOSE).strip()
+        try:
+            obj = json.loads(body)
+        except ValueError as exc:
+            raise CallParseError(f"not JSON: {body[:80]!r}") from exc
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            raise CallParseError(f"not a call object: {body[:80]!r}")
+        args = obj.get("arguments", obj.get("parameters", {}))
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except ValueError as exc:
+                raise CallParseError(f"arguments are not JSON: {args[:80]!r}") from exc
+        if not isinstance(args, dict):
+            raise CallParseError("arguments are not an object")
+        return ParsedCall(obj["name"], args)
+
+
+class FuzzyExecutor(ToolExecutor):
+    """An executor that first maps the tool name to the nearest existing one (the fuzzy-matching baseline)."""
+
+    def run(self, call: ParsedCall) -> ToolResult:
+        """Run `call` with its name mapped to the nearest tool name."""
+        return super().run(fuzzy_call(call, self.tools))
+
+
+@dataclass
+class Attempt:
+    """A stretch of generated text where the model started a call, and whether the token limit cut it off."""
+
+    text: str
+    complete: bool
+
+
+def classify(checker: SyntaxChecker, attempt: Attempt, *, fuzzy: bool) -> SyntaxCheck:
+    """The verdict on one call attempt; fuzzy maps the name before the arguments are checked."""
+    if not attempt.complete:
+        return _truncated(checker, attempt.text)
+    try:
+        call = checker.format.parse(attempt.text)
+    except CallParseError as err:
+        return SyntaxCheck("format", str(err))
+    if fuzzy and isinstance(call.name, str):
+        call = fuzzy_call(call, checker.tools)
+    return checker.check(call)
+
+
+_PARTIAL_NAME = {
+    "toolken": re.compile(r"<([^>(]*)(>)?"),
+    "react": re.compile(r"Action: *([^\n]*)(\n)?"),
+}
+_PARTIAL_JSON_NAME = re.compile(r'"name"\s*:\s*"([^"]*)(")?')
+
+
+def _truncated(checker: SyntaxChecker, text: str) -> SyntaxCheck:
+    """A call cut off by the token limit: a name error if its (partial) name fits no tool, else `truncated`."""
+    m = _PARTIAL_NAME.get(checker.format.name, _PARTIAL_JSON_NAME).search(text)
+    if m is not None:
+        name, closed = m.group(1).strip(), m.group(2) is not None
+        names = checker.tools.names
+        if (closed and name not in names) or not any(n.startswith(name) for n in names):
+            return SyntaxCheck("name", f"no tool named {name!r} (cut off by the token limit)")
+    return SyntaxCheck("truncated", "cut off by the token limit")
+
+
+def verdicts(
+    checker: SyntaxChecker, attempts: Sequence[Attempt], *, fuzzy: bool
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """The item's syntax error (first error among its calls) and one verdict per attempt."""
+    checks = [classify(checker, a, fuzzy=fuzzy) for a in attempts]
+    rows = [
+        {"text": a.text, "kind": c.kind, "message": c.message[:200]} for a, c in zip(attempts, checks, strict=True)
+    ]
+    first = next((c.kind for c in checks if c.kind not in (None, "truncated")), None)
+    return first, rows
+
+
+def toolken_attempts(text: str, truncated: bool) -> list[Attempt]:
+    """Every `<name` in the text up to its `=`; an unfinished last one is cut off when `truncated`."""
+    out = []
+    for m in re.finditer(r"<[A-Za-z_]", text):
+        end = text.find("=", m.start())
+        if end < 0:
+            out.append(Attempt(text[m.start() :].rstrip(), not truncated))
+        else:
+            out.append(Attempt(text[m.start() : end + 1], True))
+    return out
+
+
+def react_attempts(text: str, truncated: bool) -> list[Attempt]:
+    """Every `Action:` up to the next Observation/Thought/Action, as one newline-ended action text."""
+    starts = [m.start() for m in re.finditer(r"Action:", text)]
+    out = []
+    for i, start in enumerate(starts):
+        stop = starts[i + 1] if i + 1 < len(starts) else len(text)
+        chunk = text[start:stop]
+        cut = min((p for p in (chunk.find("\nObservation:"), chunk.find("\nThought:")) if p >= 0), default=-1)
+        ended = cut >= 0 or i + 1 < len(starts)
+        chunk = chunk[:cut] if cut >= 0 else chunk
+        out.append(Attempt(chunk.rstrip("\n") + "\n", ended or not truncated))
+    return out
+
+
+def hermes_attempts(text: str, truncated: bool) -> list[Attempt]:
+    """Every `<tool_call>` up to its `</tool_call>` (or the next opening tag, or the end)."""
+    out = []
+    starts = [m.start() for m in re.finditer(re.escape(TOOL_CALL_OPEN), text)]
+    for i, start in enumerate(starts):
+        limit = starts[i + 1] if i + 1 < len(starts) else len(text)
+        end = text.find(TOOL_CALL_CLOSE, start, limit)
+        if end >= 0:
+            out.append(Attempt(text[start : end + len(TOOL_CALL_CLOSE)], True))
+        else:
+            out.append(Attempt(text[start:limit].rstrip(), i + 1 < len(starts) or not truncated))
+    return out
+
+
+def _encode(lm: LoadedModel) -> Callable[[str], list[int]]:
+    """Token ids of a text without special tokens."""
+    return lambda text: lm.tokenizer.encode(text, add_special_tokens=False)
+
+
+def _record(item_id: str, decoding: str, started: float, **fields: Any) -> dict[str, Any]:
+    """A record with the common fields."""
+    return {"id": item_id, "decoding": decoding, **fields, "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _check_decoding(decoding: str) -> None:
+    """EvalError for an unknown decoding mode."""
+    if decoding not in DECODINGS:
+        raise EvalError(f"unknown decoding {decoding!r}; known: {', '.join(DECODINGS)}")
+
+
+def prepare(
+    benchmark: str,
+    lm: LoadedModel,
+    decoding: str,
+    *,
+    root: str | None = None,
+    tools: int | None = None,
+    compressed: Mapping[str, str] | None = None,
+) -> Benchmark:
+    """Load `benchmark`'s data and build its item runner for `lm` under `decoding`."""
+    _check_decoding(decoding)
+    if benchmark in ("funcqa-oh", "funcqa-mh"):
+        return _funcqa(benchmark, lm, decoding, root)
+    if benchmark == "kamel":
+        return _kamel(lm, decoding, root, tools or 30)
+    if benchmark in ("restbench-tmdb", "restbench-spotify"):
+        return _restbench(benchmark, lm, decoding, root, compressed)
+    if benchmark.startswith("bfcl-") and benchmark in BENCHMARKS:
+        return _bfcl(benchmark, lm, decoding, root, compressed)
+    raise EvalError(f"unknown benchmark {benchmark!r}; known: {', '.join(BENCHMARKS)}")
+
+
+def _funcqa(benchmark: str, lm: LoadedModel, decoding: str, root: str | None) -> Benchmark:
+    """FuncQA with ToolkenGPT's templates: inline `<tool>(args)=` calls, the tool's result after `=`."""
+    data = datasets.load_funcqa(benchmark, root)
+    tools = funcqa_tools()
+    executor_cls = FuzzyExecutor if decoding == "fuzzy" else ToolExecutor
+    max_new = 160 if data.split == "mh" else 112
+    agent = ToolkenAgent(
+        lm, executor_cls(FUNCQA_FUNCTIONS, tools), guided=decoding == "tooldec", max_new_tokens=max_new
+    )
+    checker = SyntaxChecker(tools, ToolkenCall())
+    tool_line = data.template.splitlines()[0]
+    per_tool = len(_encode(lm)(tool_line)) / len(tools)
+
+    def run(item: datasets.FuncQAItem) -> dict[str, Any]:
+        started = time.perf_counter()
+        result = agent.run(item.question, prompt=datasets.funcqa_prompt(data.template, item.question))
+        kind, calls = verdicts(
+            checker, toolken_attempts(result.text, result.tokens >= max_new), fuzzy=decoding == "fuzzy"
+        )
+        return _record(
+            item.id,
+            decoding,
+            started,
+            question=item.question,
+            prediction=parse_number(result.text),
+            gold=item.answer,
+            correct=funcqa_correct(result.text, item.answer),
+            syntax_error=kind,
+            calls=calls,
+            text=result.text,
+            tokens_per_tool=per_tool,
+            generated_tokens=result.tokens,
+            forced_tokens=result.forced_tokens,
+        )
+
+    return Benchmark(benchmark, data.items, data.files, run, config={"format": "toolken"})
+
+
+KAMEL_DEMOS = (
+    ("Which country is the Eiffel Tower located in?", "location", "Eiffel Tower"),
+    ("Who were the employers of Alan Turing?", "employer", "Alan Turing"),
+    ("What are the main topics of the book A Brief History of Time?", "main_topics", "A Brief History of Time"),
+)
+"""Hand-written few-shot examples; their relations are among the first 10 of KAMEL's order."""
+
+
+def kamel_prompt(question: str, names: Sequence[str]) -> str:
+    """The KAMEL prompt: relation names only (no descriptions, as in the ToolDec paper), demos, the question."""
+    demos = "".join(f'Q: {q}\n<{rel}>("{arg}")=\n\n' for q, rel, arg in KAMEL_DEMOS)
+    return (
+        "Answer each question by calling one of these relations with the subject of the question: "
+        + ", ".join(names)
+        + ".\n\n"
+        + demos
+        + f"Q: {question}\n"
+    )
+
+
+def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmark:
+    """KAMEL: pick a relation among the first `k` by name and write its argument, one toolken call."""
+    data = datasets.load_kamel(k, root)
+    relations, rel_files = datasets.load_kamel_relations(root)
+    kt = kamel_tools(relations, k)
+    names = list(kt.tools.names)
+    fmt = ToolkenCall()
+    checker = SyntaxChecker(kt.tools, fmt)
+    grammar = Compiler(lm.vocab).compile(kt.tools, fmt) if decoding == "tooldec" else None
+    per_tool = len(_encode(lm)(", ".join(names))) / len(names)
+    decoder = Decoder(lm.model, lm.vocab)
+    max_new = 48
+
+    def run(item: datasets.KamelItem) -> dict[str, Any]:
+        started = time.perf_counter()
+        ctrl: CallController | FreeController
+        if grammar is not None:
+            ctrl = CallController(grammar, trigger="<", tool_choice="required", after_call="stop", max_calls=1)
+        else:
+            ctrl = FreeController(lm.vocab, TOOLKEN_CALL, fmt.parse, after_call="stop", max_calls=1, stop=("\n",))
+        gen = decoder.generate(
+            [_encode(lm)(kamel_prompt(item.question, names))], [ctrl], max_new_tokens=max_new
+        )[0]
+        line = gen.text.strip().split("\n")[0]
+        line = line[: line.index(")=") + 2] if ")=" in line else line
+        attempt = Attempt(line, gen.finish_reason == "stop" or ")=" in line)
+        check = classify(checker, attempt, fuzzy=decoding == "fuzzy")
+        name = check.call.name if check.call is not None and check.kind in (None, "argument") else None
+        relation = kt.relation_of.get(name) if name else None
+        return _record(
+            item.id,
+            decoding,
+            started,
+            question=item.question,
+            prediction=relation,
+            predicted_tool=name,
+            gold=item.relation,
+            correct=relation == item.relation,
+            syntax_error=check.kind if check.kind != "truncated" else None,
+            calls=[{"text": line, "kind": check.kind, "message": check.message[:200]}],
+            tokens_per_tool=per_tool,
+            generated_tokens=gen.sampled_tokens + gen.forced_tokens,
+            forced_tokens=gen.forced_tokens,
+        )
+
+    return Benchmark(
+        "kamel", data.items, {**data.files, **rel_files}, run, config={"tools": k, "format": "toolken"}
+    )
+
+
+def compressed_block(tools: ToolSet, short: Mapping[str, str]) -> str:
+    """One line per tool, `name(param, ...): short description`, without types or syntax."""
+    lines = []
+    for tool in tools:
+        params = ", ".join(tool.parameters.get("properties", {}))
+        lines.append(f"- {tool.name}({params}): {short.get(tool.name, tool.description)}")
+    return "\n".join(lines)
+
+
+def _restbench(
+    benchmark: str, lm: LoadedModel, decoding: str, root: str | None, compressed: Mapping[str, str] | None
+) -> Benchmark:
+    """RestBench: a ReAct plan over the scenario's operations, answered by the simulator; correct path rate."""
+    data = datasets.load_restbench(benchmark, root)
+    sim = RestSimulator(data.spec)
+    tools = sim.tools
+    functions = {name: _simulated(sim, name) for name in tools.names}
+    executor_cls = FuzzyExecutor if decoding == "fuzzy" else ToolExecutor
+    builder: Callable[[str, ToolSet], str] = react_prompt
+    if compressed is not None:
+        short = dict(compressed)
+
+        def builder(question: str, tool_set: ToolSet) -> str:
+            return react_prompt(question, tool_set).replace(
+                describe_tools(tool_set), compressed_block(tool_set, short)
+            )
+
+    max_new = 384
+    agent = ReactAgent(
+        lm,
+        executor_cls(functions, tools),
+        guided=decoding == "tooldec",
+        max_steps=5,
+        max_new_tokens=max_new,
+        prompt_builder=builder,
+    )
+    checker = SyntaxChecker(ToolSet([*tools, FINISH]), ReactCall())
+    encode = _encode(lm)
+    full_text = describe_tools(tools)
+    shown = compressed_block(tools, dict(compressed)) if compressed is not None else full_text
+    per_tool = len(encode(shown)) / len(tools)
+    per_tool_full = len(encode(full_text)) / len(tools)
+
+    def run(item: datasets.RestBenchItem) -> dict[str, Any]:
+        started = time.perf_counter()
+        result = agent.run(item.query)
+        path = [sim.operations[c.name].step for c in result.calls if c.ok and c.name in sim.operations]
+        kind, calls = verdicts(
+            checker, react_attempts(result.text, result.tokens >= max_new), fuzzy=decoding == "fuzzy"
+        )
+        return _record(
+            item.id,
+            decoding,
+            started,
+            question=item.query,
+            prediction=path,
+            gold=list(item.solution),
+            correct=correct_path(path, item.solution),
+            syntax_error=kind,
+            calls=calls,
+            answer=result.answer,
+            tokens_per_tool=per_tool,
+            tokens_per_tool_uncompressed=per_tool_full,
+            generated_tokens=result.tokens,
+            forced_tokens=result.forced_tokens,
+        )
+
+    return Benchmark(
+        benchmark,
+        data.items,
+        data.files,
+        run,
+        notes=[SIMULATED_NOTE],
+        config={"format": "react", "tokens_per_tool_uncompressed": per_tool_full},
+    )
+
+
+def _simulated(sim: RestSimulator, name: str) -> Callable[..., dict[str, Any]]:
+    """The executor function of one operation: its simulated response."""
+    return lambda **arguments: sim.call(name, arguments)
+
+
+BFCL_SYSTEM = (
+    "You are a function-calling assistant. You may call these functions:\n{tools}\n\n"
+    "To call a function, write exactly\n"
+    '<tool_call>\n{{"name": "<function name>", "arguments": {{<arguments as a JSON object>}}}}\n</tool_call>\n'
+    "Write one such block per call. If no function fits the request, answer in plain text without a call.\n"
+    'Example: for "What is the weather in Paris in celsius?" and a function get_weather, write\n'
+    '<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "Paris", "unit": "celsius"}}}}\n</tool_call>'
+)
+
+
+def template_uses_tools(lm: LoadedModel) -> bool:
+    """Whether the model's chat template renders the tools it is given."""
+    probe = [{"role": "user", "content": "hi"}]
+    tool = ToolSpec("probe_tool_xyz", "probe", {"type": "object", "properties": {}, "required": []})
+    return lm.encode_chat(probe, tools=[tool.to_openai()]) != lm.encode_chat(probe)
+
+
+def bfcl_messages(
+    turns: Sequence[Mapping[str, Any]], specs: Sequence[ToolSpec], tool_text: str, uses_tools: bool
+) -> list[dict[str, Any]]:
+    """The first turn's messages, with a system message listing the tools when the template ignores them."""
+    messages = [dict(m) for m in turns]
+    if uses_tools:
+        return messages
+    system = BFCL_SYSTEM.format(tools=tool_text)
+    if messages and messages[0].get("role") == "system":
+        messages[0]["content"] = system + "\n\n" + str(messages[0].get("content", ""))
+        return messages
+    return [{"role": "system", "content": system}, *messages]
+
+
+def _bfcl_tools(specs: Sequence[ToolSpec], short: Mapping[str, str] | None) -> tuple[str, list[dict[str, Any]]]:
+    """The tool listing for the system message and the tools given to the chat template."""
+    if short is None:
+        return "\n".join(json.dumps(s.to_openai(), ensure_ascii=False) for s in specs), [s.to_openai() for s in specs]
+    renamed = [ToolSpec(s.name, short.get(s.name, s.description), s.parameters) for s in specs]
+    return compressed_block(ToolSet(renamed), short), [s.to_openai() for s in renamed]
+
+
+def _bfcl(
+    benchmark: str, lm: LoadedModel, decoding: str, root: str | None, compressed: Mapping[str, str] | None
+) -> Benchmark:
+    """BFCL: the chat template with the tools, Hermes `<tool_call>` blocks, BFCL's AST matching."""
+    data = datasets.load_bfcl(benchmark, root)
+    parallel = data.category.startswith("parallel")
+    max_calls = 8 if parallel else 1
+    uses_tools = template_uses_tools(lm)
+    compiler = Compiler(lm.vocab)
+    decoder = Decoder(lm.model, lm.vocab)
+    encode = _encode(lm)
+    fuzzy = decoding == "fuzzy"
+    max_new = 256 if parallel else 160
+
+    def run(item: datasets.BfclItem) -> dict[str, Any]:
+        started = time.perf_counter()
+        specs = from_openai_tools(item.functions)
+        tool_text, openai_tools = _bfcl_tools(specs, compressed)
+        full_text, _ = _bfcl_tools(specs, None)
+        messages = bfcl_messages(item.question[0], specs, tool_text, uses_tools)
+        prompt = lm.encode_chat(messages, tools=openai_tools if uses_tools else None)
+        ctrl: CallController | FreeController
+        if decoding == "tooldec":
+            ctrl = CallController(
+                compiler.compile(specs, "hermes"), trigger=TOOL_CALL_OPEN, after_call="text", max_calls=max_calls
+            )
+            checker = SyntaxChecker(specs, "hermes")
+        else:
+            ctrl = FreeController(lm.vocab, HERMES_CALL, LenientHermes().parse, after_call="text", max_calls=max_calls)
+            checker = SyntaxChecker(specs, LenientHermes())
+        gen = decoder.generate([prompt], [ctrl], max_new_tokens=max_new)[0]
+        attempts = hermes_attempts(gen.text, gen.finish_reason == "length")
+        kind, calls = verdicts(checker, attempts, fuzzy=fuzzy)
+        made = []
+        for attempt in attempts:
+            if not attempt.complete:
+                continue
+            try:
+                call = checker.format.parse(attempt.text)
+            except CallParseError:
+                continue
+            made.append(fuzzy_call(call, specs) if fuzzy else call)
+        try:
+            verdict = check_entry(data.category, item.functions, made, item.possible_answer)
+            correct, why = verdict.valid, verdict.error_type
+        except (ValueError, TypeError) as exc:
+            correct, why = False, f"unmatchable: {exc}"
+        per_tool = len(encode(tool_text)) / len(specs)
+        return _record(
+            item.id,
+            decoding,
+            started,
+            prediction=[{c.name: c.arguments} for c in made],
+            gold=item.possible_answer,
+            correct=correct,
+            error_type=why,
+            syntax_error=kind,
+            calls=calls,
+            text=gen.text,
+            tokens_per_tool=per_tool,
+            tokens_per_tool_uncompressed=len(encode(full_text)) / len(specs),
+            generated_tokens=gen.sampled_tokens + gen.forced_tokens,
+            forced_tokens=gen.forced_tokens,
+        )
+
+    notes = [] if uses_tools else [
+        f"{lm.name}'s chat template ignores tools: a system message lists them and the <tool_call> format."
+    ]
+    return Benchmark(benchmark, data.items, data.files, run, notes=notes, config={"format": "hermes"})

@@ -1,0 +1,298 @@
+"""Benchmark runners, `tooldec eval` and prompt compression with a tiny random Llama (the harshest model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from tooldec.backends.loader import LoadedModel  # noqa: E402
+from tooldec.eval.compress import cache_key, clean_description, compress_tools  # noqa: E402
+from tooldec.eval.metrics import SyntaxChecker  # noqa: E402
+from tooldec.eval.runners import (  # noqa: E402
+    Attempt,
+    EvalError,
+    LenientHermes,
+    classify,
+    hermes_attempts,
+    prepare,
+    react_attempts,
+    toolken_attempts,
+)
+from tooldec.grammar.calls import ToolkenCall  # noqa: E402
+from tooldec.specs import ToolSet, ToolSpec  # noqa: E402
+from tooldec.toolsets.funcqa import funcqa_tools  # noqa: E402
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(bytelevel_tokenizer: Any) -> LoadedModel:
+    """A random 2-layer Llama over the byte-level fixture tokenizer, with a chat template that ignores tools."""
+    from tooldec.vocab import Vocabulary
+
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bytelevel_tokenizer, eos_token="</s>")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    vocab = Vocabulary.from_hf(tokenizer, vocab_size=config.vocab_size)
+    return LoadedModel(model, tokenizer, vocab, "tiny-llama", "test", 0.0)
+
+
+def _lines(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def _json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fake shared folder with two or three hand-made items per benchmark."""
+    root = tmp_path_factory.mktemp("shared")
+    data = root / "data"
+    template = "Answer the following question with <add>, <subtract>:\n\nQ: 1 plus 2?\nA: <add>(1,2)=3. So, the answer is 3.\n\nQ: [QUESTION]\nA:"
+    for split in ("oh", "mh"):
+        _json(
+            data / "funcqa" / f"funcqa_{split}.json",
+            [
+                {"question": "What is 3 plus 4?", "answer": "7", "calculation": ["<add>(3,4)=7"]},
+                {"question": "What is 10 minus 2.5?", "answer": "7.5", "calculation": ["<subtract>(10,2.5)=7.5"]},
+            ],
+        )
+        for name in ("llama_func.txt", "llama_general.txt"):
+            path = data / "funcqa" / f"template_{split}" / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(template, encoding="utf-8")
+    relations = {f"P{i}": f"relation_{i}(name): gets relation {i} of a thing" for i in range(30)}
+    _json(data / "kamel" / "func_dict.json", {rel: i for i, rel in enumerate(relations)})
+    _json(data / "kamel" / "api_desc.json", relations)
+    _json(
+        data / "kamel" / "test_first_30.json",
+        [
+            {"question": f"What is relation {i} of Paris?", "answer": [{"chosen": "x", "alternative": []}], "api": f"P{i}"}
+            for i in (1, 7, 29)
+        ],
+    )
+    spec = {
+        "openapi": "3.0.0",
+        "info": {"title": "t", "version": "1"},
+        "paths": {
+            "/movie/{movie_id}": {
+                "get": {
+                    "operationId": "get_movie",
+                    "description": "Details of a movie.",
+                    "parameters": [{"name": "movie_id", "in": "path", "required": True, "schema": {"type": "integer"}}],
+                    "responses": {"200": {"description": "ok", "content": {"application/json": {"schema": {
+                        "type": "object", "properties": {"title": {"type": "string"}}}}}}},
+                }
+            },
+            "/search/movie": {
+                "get": {
+                    "operationId": "search_movie",
+                    "description": "Search movies by title.",
+                    "parameters": [{"name": "query", "in": "query", "required": True, "schema": {"type": "string"}}],
+                    "responses": {"200": {"description": "ok"}},
+                }
+            },
+        },
+    }
+    _json(data / "restbench" / "tmdb_oas.json", spec)
+    _json(
+        data / "restbench" / "tmdb.json",
+        [
+            {"query": "Who directed Alien?", "solution": ["GET /search/movie", "GET /movie/{movie_id}"]},
+            {"query": "Find the movie Heat.", "solution": ["GET /search/movie"]},
+        ],
+    )
+    weather = {
+        "name": "get_weather",
+        "description": "Weather of a city.",
+        "parameters": {
+            "type": "dict",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+        },
+    }
+    area = {
+        "name": "area",
+        "description": "Area of a rectangle.",
+        "parameters": {
+            "type": "dict",
+            "properties": {"w": {"type": "float"}, "h": {"type": "float"}},
+            "required": ["w", "h"],
+        },
+    }
+    stems = {
+        "simple_python": [weather],
+        "multiple": [weather, area],
+        "parallel": [weather],
+        "parallel_multiple": [weather, area],
+        "irrelevance": [area],
+    }
+    for stem, functions in stems.items():
+        entries = [
+            {"id": f"{stem}_{i}", "question": [[{"role": "user", "content": q}]], "function": functions}
+            for i, q in enumerate(["Weather in Paris?", "Weather in Rome for 3 days?"])
+        ]
+        _lines(data / "bfcl" / f"BFCL_v4_{stem}.json", entries)
+        if stem != "irrelevance":
+            answers = [
+                {"id": f"{stem}_0", "ground_truth": [{"get_weather": {"city": ["Paris"], "days": [""]}}]},
+                {"id": f"{stem}_1", "ground_truth": [{"get_weather": {"city": ["Rome"], "days": [3]}}]},
+            ]
+            _lines(data / "bfcl" / "possible_answer" / f"BFCL_v4_{stem}.json", answers)
+    return root
+
+
+RECORD_KEYS = {"id", "decoding", "prediction", "gold", "correct", "syntax_error", "tokens_per_tool", "seconds"}
+CASES = [
+    ("funcqa-oh", None),
+    ("funcqa-mh", None),
+    ("kamel", 30),
+    ("restbench-tmdb", None),
+    ("bfcl-simple", None),
+    ("bfcl-multiple", None),
+    ("bfcl-parallel", None),
+    ("bfcl-parallel-multiple", None),
+    ("bfcl-irrelevance", None),
+]
+
+
+@pytest.mark.parametrize(("bench_name", "tools"), CASES)
+def test_tooldec_never_makes_a_syntax_error(
+    tiny_lm: LoadedModel, shared: Path, bench_name: str, tools: int | None
+) -> None:
+    """A random model under ToolDec: every call parses, names a tool and has valid arguments."""
+    bench = prepare(bench_name, tiny_lm, "tooldec", root=str(shared), tools=tools)
+    for item in bench.items:
+        record = bench.run(item)
+        assert RECORD_KEYS <= set(record)
+        assert record["syntax_error"] is None, record
+        assert all(call["kind"] in (None, "truncated") for call in record.get("calls", [])), record
+        assert record["generated_tokens"] > 0
+        json.dumps(record)
+
+
+@pytest.mark.parametrize("decoding", ["free", "fuzzy"])
+@pytest.mark.parametrize(("bench_name", "tools"), [CASES[0], CASES[2], CASES[3], CASES[4]])
+def test_free_and_fuzzy_records(
+    tiny_lm: LoadedModel, shared: Path, bench_name: str, tools: int | None, decoding: str
+) -> None:
+    """Free and fuzzy decoding give records whose syntax errors are among the known kinds."""
+    bench = prepare(bench_name, tiny_lm, decoding, root=str(shared), tools=tools)
+    record = bench.run(bench.items[0])
+    assert record["decoding"] == decoding
+    assert record["syntax_error"] in (None, "format", "name", "argument")
+    if bench.name.startswith("restbench"):
+        assert any("simulated" in note for note in bench.notes)
+
+
+def test_unknown_benchmark_and_decoding(tiny_lm: LoadedModel, shared: Path) -> None:
+    """Unknown names are refused with the known ones listed."""
+    with pytest.raises(EvalError, match="known"):
+        prepare("nope", tiny_lm, "tooldec", root=str(shared))
+    with pytest.raises(EvalError, match="known"):
+        prepare("kamel", tiny_lm, "greedy", root=str(shared))
+
+
+def test_attempt_scanners() -> None:
+    """Call attempts are cut out of generated text per format."""
+    text = "so 3+4=<add>(3,4)=7 and <sub>(1"
+    assert [a.text for a in toolken_attempts(text, truncated=True)] == ["<add>(3,4)=", "<sub>(1"]
+    assert not toolken_attempts(text, truncated=True)[-1].complete
+    assert toolken_attempts(text, truncated=False)[-1].complete
+    hermes = '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call> then <tool_call>{"name": "b'
+    found = hermes_attempts(hermes, truncated=True)
+    assert found[0].text.endswith("</tool_call>") and found[0].complete and not found[1].complete
+    react = 'Thought: x\nAction: f\nAction Input: {"a": 1}\nObservation: 2\nThought: y\nAction: Finish\nAction Input: {'
+    acts = react_attempts(react, truncated=True)
+    assert acts[0].text == 'Action: f\nAction Input: {"a": 1}\n' and acts[0].complete
+    assert not acts[1].complete
+
+
+def test_classify_kinds_and_fuzzy() -> None:
+    """Format, name and argument errors; fuzzy decoding forgives a misspelt name; cut-off names are judged."""
+    checker = SyntaxChecker(funcqa_tools(), ToolkenCall())
+    assert classify(checker, Attempt("<add>(1,2)=", True), fuzzy=False).kind is None
+    assert classify(checker, Attempt("<add>(1,=", True), fuzzy=False).kind == "format"
+    assert classify(checker, Attempt("<addd>(1,2)=", True), fuzzy=False).kind == "name"
+    assert classify(checker, Attempt("<addd>(1,2)=", True), fuzzy=True).kind is None
+    assert classify(checker, Attempt("<sqrt>(1,2)=", True), fuzzy=True).kind == "argument"
+    assert classify(checker, Attempt("<multi", False), fuzzy=False).kind == "truncated"
+    assert classify(checker, Attempt("<zzz", False), fuzzy=False).kind == "name"
+    assert classify(checker, Attempt("<add>(1", False), fuzzy=False).kind == "truncated"
+
+
+def test_lenient_hermes() -> None:
+    """The free-decoding parser takes loose spacing, `parameters` and string-encoded arguments."""
+    parse = LenientHermes().parse
+    assert parse('<tool_call>{"name": "f", "parameters": {"a": 1}}</tool_call>').arguments == {"a": 1}
+    assert parse('<tool_call> {"name": "f", "arguments": "{\\"a\\": 2}"} ').arguments == {"a": 2}
+    with pytest.raises(ValueError):
+        parse("<tool_call>{name: f}</tool_call>")
+
+
+def test_compress_tools_caches_per_model_and_doc(tiny_lm: LoadedModel) -> None:
+    """Rewrites each tool once; a cached entry with the same key is kept, a changed doc is rewritten."""
+    specs = [
+        ToolSpec("get_weather", "Weather of a city.", {"type": "object", "properties": {"city": {"type": "string"}}}),
+        ToolSpec("area", "Area.", {"type": "object", "properties": {"w": {"type": "number"}}}),
+    ]
+    doc = compress_tools(tiny_lm, specs, "tiny", max_new_tokens=8)
+    assert set(doc["tools"]) == {"get_weather", "area"}
+    assert doc["tools"]["area"]["tokens_before"] > 0
+    doc["tools"]["get_weather"]["description"] = "KEPT"
+    doc["tools"]["area"]["key"] = "stale"
+    again = compress_tools(tiny_lm, specs, "tiny", doc, max_new_tokens=8)
+    assert again["tools"]["get_weather"]["description"] == "KEPT"
+    assert again["tools"]["area"]["key"] == cache_key("tiny", specs[1])
+    assert cache_key("tiny", specs[0]) != cache_key("other", specs[0])
+    assert clean_description('  "Gets the weather of a city." \nmore') == "Gets the weather of a city."
+    assert ToolSet(specs).names
+
+
+def test_cli_eval_writes_results_and_resumes(tiny_lm: LoadedModel, shared: Path, tmp_path: Path) -> None:
+    """`tooldec eval` on a saved tiny model: results.json, table and plot; --resume keeps earlier records."""
+    from typer.testing import CliRunner
+
+    from tooldec.cli import app
+
+    folder = tmp_path / "model"
+    tiny_lm.model.save_pretrained(folder)
+    tiny_lm.tokenizer.save_pretrained(folder)
+    out = tmp_path / "run"
+    base = ["eval", "kamel", "--model", str(folder), "--decoding", "tooldec", "--tools", "30"]
+    base += ["--shared", str(shared), "--out", str(out)]
+    first = CliRunner().invoke(app, [*base, "--limit", "1"])
+    assert first.exit_code == 0, first.output
+    records = json.loads((out / "results.json").read_text())["records"]
+    assert len(records) == 1
+    second = CliRunner().invoke(app, [*base, "--limit", "2", "--resume"])
+    assert second.exit_code == 0, second.output
+    doc = json.loads((out / "results.json").read_text())
+    assert [r["id"] for r in doc["records"]] == ["kamel-30-0", "kamel-30-1"]
+    assert doc["records"][0] == records[0]
+    assert doc["summary"]["tooldec"]["syntax_errors"]["any"] == 0.0
+    assert (out / "results.md").exists() and (out / "accuracy_errors.png").exists()
