@@ -172,3 +172,24 @@ def test_fill_bitmask_matches_bitmask(vocab: Vocabulary) -> None:
     for s in index.reachable_states(limit=60):
         index.fill_bitmask(s, out[1])
         assert out[1].tolist() == index.bitmask(s).tolist()
+
+
+@pytest.mark.parametrize(("chain_max", "chain_range"), [(3, 8), (64, 512), (64, 0)])
+def test_literal_stretches_match_brute_force(vocab: Vocabulary, monkeypatch, chain_max: int, chain_range: int) -> None:
+    """Literal stretches indexed in one pass (cut short, partly left to the trie walk, or not at all) are exact."""
+    from tooldec.index import token_index
+
+    monkeypatch.setattr(token_index, "CHAIN_MAX", chain_max)
+    monkeypatch.setattr(token_index, "CHAIN_RANGE", chain_range)
+    monkeypatch.setattr(token_index, "CHAIN_MIN", 1)
+    compiled = Compiler(vocab).compile(TOOLS + SHARED_TOOLS[1:], "json", use_cache=False)
+    index = compiled.index
+    out = np.full(index.words, -1, dtype=np.int32)
+    for s in index.reachable_states():
+        index.fill_bitmask(s, out)
+        ids, nxt = index.transitions(s)
+        want_ids, want_next = _brute_force(compiled, s)
+        assert ids.tolist() == want_ids
+        assert nxt.tolist() == want_next
+        assert np.flatnonzero(np.unpackbits(out.view(np.uint8), bitorder="little")[: vocab.size]).tolist() == want_ids
+    assert bool(index._chained) == (chain_range > 0)

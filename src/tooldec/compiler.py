@@ -100,6 +100,7 @@ class Compiler:
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no call of this tool set can be valid (its schemas admit no value)")
             index = TokenIndex(dfa, self.vocab)
+            index.warm()
             if precompute:
                 index.reachable_states()
             return CompiledGrammar(dfa, index, fmt.parse, toolset, fmt)
@@ -119,7 +120,9 @@ class Compiler:
             dfa = compile_dfa(comp.value())
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no value satisfies this schema", path="#")
-            return CompiledGrammar(dfa, TokenIndex(dfa, self.vocab), json.loads)
+            index = TokenIndex(dfa, self.vocab)
+            index.warm()
+            return CompiledGrammar(dfa, index, json.loads)
 
         return self._cached(key, build, use_cache)
 

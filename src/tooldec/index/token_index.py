@@ -21,6 +21,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -42,6 +43,35 @@ MAX_REGION_STATES = 4096
 """Larger regions are not shared; their states are walked with numpy directly."""
 REGION_CACHE_SIZE = 32
 """Region results kept per vocabulary."""
+CHAIN_MAX = 64
+"""A literal stretch is indexed at most this many states ahead at once."""
+WARM_WIDTH = 64
+"""The branch after the start's literal stretch is indexed at compile time if at most this many bytes go on."""
+CHAIN_MIN = 12
+"""Shorter literal stretches are left to the per-state trie walk (the one-pass cost would not pay off)."""
+CHAIN_RANGE = 512
+"""A state of a literal stretch with more candidate tokens than this is walked on its own instead."""
+
+_HIGH = np.array([((1 << 64) - 1) ^ ((1 << (64 - 8 * q)) - 1) for q in range(9)], dtype=np.uint64)
+"""_HIGH[q]: the mask of the first q bytes of a big-endian 8-byte key."""
+_WINDOWS = np.arange(CHAIN_MAX)[:, None] + np.arange(8)
+_ARANGE = np.arange(CHAIN_MAX + 1)
+
+
+@lru_cache(maxsize=CHAIN_MAX)
+def _queries(m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Key-range queries of a literal stretch of m states: (offset j, first-bytes mask, open low bytes, bytes left).
+
+    Offset j asks for the tokens equal to each of its next 1..min(left, 8) forced bytes; the last of these is
+    open (any token starting with them) where the stretch ends within 8 bytes.
+    """
+    rest = m - np.arange(m)
+    reach = np.minimum(rest, 8)
+    qj, ql = np.nonzero(np.arange(1, 9)[None, :] <= reach[:, None])
+    ql += 1
+    high = _HIGH[ql]
+    open_low = np.where((ql == reach[qj]) & (ql < 8), ~high, np.uint64(0))
+    return qj, high, open_low, rest
 
 _BYTE = [bytes([b]) for b in range(256)]
 
@@ -69,6 +99,7 @@ class _VocabTrie:
     first: list[int]  # first[b]..first[b + 1]: the tokens starting with byte b
     second: list[int]  # second[257 * a + b + 1]..second[257 * a + b + 2]: those starting with bytes a, b
     words: int  # packed mask length
+    key8: np.ndarray  # uint64 first 8 bytes of each, big-endian, zero-padded (non-decreasing)
     regions: OrderedDict[bytes, _Region] = field(default_factory=OrderedDict)
 
     def sub(self, lo: int, hi: int, depth: int, b0: int, b1: int) -> tuple[int, int]:
@@ -105,6 +136,8 @@ def vocab_trie(vocab: Vocabulary) -> _VocabTrie:
     seconds = np.frombuffer(bytes(t[1] if len(t) > 1 else 0 for t in tokens), dtype=np.uint8)
     keys = heads.astype(np.int64) * 257 + np.where(lens > 1, seconds.astype(np.int64) + 1, 0)
     second = np.searchsorted(keys, np.arange(257 * 257 + 1), side="left").tolist()
+    cols = offsets[:, None] + np.arange(8)
+    head8 = np.where(cols < (offsets + lens)[:, None], flat[np.minimum(cols, max(flat.size - 1, 0))], 0)
     trie = _VocabTrie(
         tokens=tokens,
         ids=np.array(order, dtype=np.int64),
@@ -115,6 +148,7 @@ def vocab_trie(vocab: Vocabulary) -> _VocabTrie:
         first=first,
         second=second,
         words=(vocab.size + 31) // 32,
+        key8=np.ascontiguousarray(head8, dtype=np.uint8).view(">u8").ravel().astype(np.uint64),
     )
     _TRIES[vocab] = trie
     return trie
@@ -172,7 +206,14 @@ class TokenIndex:
         self._entries: dict[int, _Entry] = {}
         self._bitmasks: dict[int, np.ndarray] = {}
         self._sparse: dict[int, list[tuple[int, int]]] = {}
+        self._chained: dict[int, tuple[tuple[np.ndarray, np.ndarray], int, int]] = {}  # (stretch arrays, lo, hi)
+        self._unchained: set[int] = set()
         self.words = self._trie.words
+        live = self._trans2d != DEAD
+        first_class = live.argmax(1)
+        first_byte = np.array([bs[0] if bs else -1 for bs in self._class_bytes], dtype=np.int64)
+        one = (live.sum(1) == 1) & (self._class_size[first_class] == 1)
+        self._single: list[int] = np.where(one, first_byte[first_class], -1).tolist()  # the only live byte, or -1
 
     @property
     def start(self) -> int:
@@ -186,7 +227,16 @@ class TokenIndex:
     def _entry(self, state: int) -> _Entry:
         got = self._entries.get(state)
         if got is None:
-            got = self._entries[state] = self._compute(state)
+            chained = self._chained.get(state)
+            if chained is None and state > DEAD and self._single[state] >= 0 and state not in self._unchained:
+                self._chain(state)
+                chained = self._chained.get(state)
+            if chained is not None:
+                (rows, nexts), lo, hi = chained
+                got = _Entry(np_rows=[rows[lo:hi]], np_nexts=[nexts[lo:hi]])
+            else:
+                got = self._compute(state)
+            self._entries[state] = got
         return got
 
     def transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
@@ -232,7 +282,10 @@ class TokenIndex:
             got = self._bitmasks.get(state)
             if got is None:
                 e = self._entry(state)
-                if e.region is None and not e.np_rows and len(e.rows) <= SPARSE_TOKENS:
+                sparse = self._sparse.get(state)  # a literal stretch writes its states' sparse masks
+                if sparse is not None:
+                    pass
+                elif e.region is None and not e.np_rows and len(e.rows) <= SPARSE_TOKENS:
                     ids_list = self._trie.ids_list
                     ids = [ids_list[r] for r in e.rows]
                     if self.is_accepting(state):
@@ -266,6 +319,130 @@ class TokenIndex:
             if not state:
                 return DEAD
         return state
+
+    def warm(self) -> None:
+        """Index the start state, its literal stretch and, if narrow, the state where it branches (at compile time).
+
+        In a tool set that branch is the first byte of the tool name; a wide one (a value) is left to its visit.
+        """
+        state = self.start
+        if state <= DEAD:
+            return
+        row = np.zeros(self.words, dtype=np.int32)
+        self.fill_bitmask(state, row)
+        t, nc, cls, single = self._t, self._nc, self._cls, self._single
+        for _ in range(CHAIN_MAX):
+            b = single[state]
+            if b < 0:
+                break
+            state = t[state * nc + cls[b]]
+        if state > DEAD and self._width(state) <= WARM_WIDTH:
+            self.fill_bitmask(state, row)
+
+    def _chain(self, state: int) -> None:
+        """Index the literal stretch from `state` (states with one live byte each) in one vectorised pass.
+
+        A token is allowed at offset j of the stretch iff its bytes agree with the forced text as far as both go
+        (checked on 8-byte keys) and, if it runs past the checked bytes, its rest walks on from there. The
+        candidates are found by binary search on the vocabulary's 8-byte keys: the tokens that are prefixes of
+        the forced text, and those that start with the whole rest of it (or with its next 8 bytes). States with
+        more than CHAIN_RANGE candidates are left to the trie walk.
+        """
+        single, t, nc, cls = self._single, self._t, self._nc, self._cls
+        states: list[int] = []
+        data = bytearray()
+        s = state
+        while len(states) < CHAIN_MAX:
+            b = single[s]
+            if b < 0:
+                break
+            states.append(s)
+            data.append(b)
+            s = t[s * nc + cls[b]]
+        m = len(states)
+        if m < CHAIN_MIN:
+            self._unchained.add(state)
+            return
+        trie = self._trie
+        path = np.array([*states, s], dtype=np.int64)  # path[j]: the state after j forced bytes
+        pad = np.zeros(m + 8, dtype=np.uint8)
+        pad[:m] = np.frombuffer(bytes(data), dtype=np.uint8)
+        key = np.ascontiguousarray(pad[_WINDOWS[:m]]).view(">u8").ravel().astype(np.uint64)  # next 8 bytes
+        qj, high_q, open_q, rest = _queries(m)
+        lo_key = key[qj] & high_q
+        bounds = np.searchsorted(trie.key8, np.concatenate([lo_key, (lo_key | open_q) + np.uint64(1)]))
+        lo = bounds[: qj.size]
+        size = bounds[qj.size :] - lo
+        ok = np.bincount(qj, weights=size, minlength=m) <= CHAIN_RANGE
+        sel = ok[qj] & (size > 0)
+        qj, lo, size = qj[sel], lo[sel], size[sel]
+        pj = np.repeat(qj, size)
+        rows = np.arange(pj.size) + np.repeat(lo - (np.cumsum(size) - size), size)
+        if 0 in data:  # a forced NUL byte can make the key ranges overlap
+            flat_key = np.unique(pj * len(trie.tokens) + rows)
+            pj, rows = flat_key // len(trie.tokens), flat_key % len(trie.tokens)
+        lens = trie.lens[rows]
+        q = np.minimum(np.minimum(lens, rest[pj]), 8)
+        high = _HIGH[q]
+        agree = (trie.key8[rows] & high) == (key[pj] & high)
+        pj, rows, lens, q = pj[agree], rows[agree], lens[agree], q[agree]
+        whole = lens == q
+        got_j, got_rows, got_next = [pj[whole]], [rows[whole]], [path[pj[whole] + q[whole]]]
+        part = ~whole
+        self._walk_pairs(pj[part], rows[part], path[pj[part] + q[part]], q[part], got_j, got_rows, got_next)
+        all_j = np.concatenate(got_j)
+        order = np.argsort(all_j, kind="stable")
+        all_j, all_rows, all_next = all_j[order], np.concatenate(got_rows)[order], np.concatenate(got_next)[order]
+        # sparse masks: (state offset, word) → bits, EOS included where accepting
+        ids = trie.ids[all_rows]
+        cell_j = all_j
+        acc = np.flatnonzero(self.dfa.accepting[path[:m]] & ok)
+        if acc.size and self._eos.size:
+            cell_j = np.concatenate([all_j, np.repeat(acc, self._eos.size)])
+            ids = np.concatenate([ids, np.tile(self._eos, acc.size)])
+        cell = cell_j * self.words + (ids >> 5)
+        order = np.argsort(cell, kind="stable")
+        cell, bits = cell[order], np.left_shift(1, ids[order] & 31)
+        first = np.flatnonzero(np.concatenate([[True], cell[1:] != cell[:-1]])) if cell.size else order
+        bits = np.bitwise_or.reduceat(bits, first) if cell.size else bits
+        cell = cell[first]
+        bits = np.where(bits >> 31, bits - (1 << 32), bits)
+        cut = np.searchsorted(all_j, _ARANGE[: m + 1]).tolist()
+        wcut = np.searchsorted(cell // self.words, _ARANGE[: m + 1]).tolist()
+        pairs = list(zip((cell % self.words).tolist(), bits.tolist(), strict=True))
+        good = ok.tolist()
+        chain = (all_rows, all_next)
+        self._chained.update((s, (chain, cut[j], cut[j + 1])) for j, s in enumerate(states) if good[j])
+        self._sparse.update(
+            (s, pairs[wcut[j] : wcut[j + 1]])
+            for j, s in enumerate(states)
+            if good[j] and wcut[j + 1] - wcut[j] <= SPARSE_TOKENS
+        )
+        if not all(good):
+            self._unchained.update(s for j, s in enumerate(states) if not good[j])
+
+    def _walk_pairs(
+        self,
+        origin: np.ndarray,
+        rows: np.ndarray,
+        cur: np.ndarray,
+        pos: np.ndarray,
+        got_origin: list[np.ndarray],
+        got_rows: list[np.ndarray],
+        got_next: list[np.ndarray],
+    ) -> None:
+        """Walk each lex row on from byte `pos` in state `cur` at once; collect (origin, row, end state) of those allowed."""
+        trie, trans, nc, classes = self._trie, self._trans, self._nc, self._classes
+        while rows.size:
+            cur = trans[cur * nc + classes[trie.flat[trie.offsets[rows] + pos]]].astype(np.int64)
+            pos = pos + 1
+            keep = (cur != DEAD) & (pos < trie.lens[rows])
+            done = (cur != DEAD) & ~keep
+            if done.any():
+                got_origin.append(origin[done])
+                got_rows.append(rows[done])
+                got_next.append(cur[done])
+            origin, rows, cur, pos = origin[keep], rows[keep], cur[keep], pos[keep]
 
     def _live_bytes(self, state: int) -> list[int]:
         """The bytes with a live transition out of `state`, ascending (cached)."""
