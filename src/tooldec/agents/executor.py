@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +63,7 @@ def format_value(value: Any, digits: int = 6) -> str:
             return str(int(value))
         return f"{round(value, digits):.{digits}f}".rstrip("0").rstrip(".")
     if isinstance(value, int) and abs(value) >= 10**15:
-        return f"{value:.{digits}g}"
+        return format(Decimal(value), f".{digits}g")  # ints past float range too
     return str(value)
 
 

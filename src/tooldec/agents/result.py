@@ -17,6 +17,7 @@ class AgentResult:
     text: str = ""
     tokens: int = 0
     seconds: float = 0.0
+    model_seconds: float = 0.0
     forward_passes: int = 0
     forced_tokens: int = 0
     errors: list[str] = field(default_factory=list)

@@ -103,6 +103,7 @@ class ToolkenAgent:
             text=answer_text.strip(),
             tokens=gen.sampled_tokens + gen.forced_tokens,
             seconds=gen.seconds,
+            model_seconds=gen.model_seconds,
             forward_passes=gen.forward_passes,
             forced_tokens=gen.forced_tokens,
             errors=errors,

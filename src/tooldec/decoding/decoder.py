@@ -37,6 +37,7 @@ class Generation:
     injected_tokens: int = 0
     forward_passes: int = 0
     seconds: float = 0.0
+    model_seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -78,6 +79,7 @@ class Decoder:
         generator = params.generator()
         mask_cols: list[torch.Tensor] = []
         cache = None
+        model_time = 0.0
         for row in range(n):
             if live[row] and jump_forward:
                 self._take_forced(row, controllers[row], gens[row], pending[row], on_call)
@@ -92,6 +94,7 @@ class Decoder:
             mask_cols.append(step_mask)
             attention = torch.cat(mask_cols, dim=1)
             positions = (attention.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
+            t_model = time.perf_counter()
             out = self.model(
                 input_ids=ids.to(self.device),
                 attention_mask=attention.to(self.device),
@@ -101,6 +104,7 @@ class Decoder:
             )
             cache = out.past_key_values
             logits = out.logits[:, -1, :].float().cpu()
+            model_time += time.perf_counter() - t_model
             for row in range(n):
                 if live[row]:
                     gens[row].forward_passes += 1
@@ -129,6 +133,7 @@ class Decoder:
             )
             gen.events = list(ctrl.events)
             gen.seconds = elapsed
+            gen.model_seconds = model_time
         return gens
 
     def _feed(
