@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from decimal import Decimal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import jsonschema
