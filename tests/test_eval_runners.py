@@ -11,10 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tooldec.backends.loader import LoadedModel  # noqa: E402
-from tooldec.eval.compress import cache_key, clean_description, compress_tools  # noqa: E402
-from tooldec.eval.metrics import SyntaxChecker  # noqa: E402
-from tooldec.eval.runners import (  # noqa: E402
+from tooldec.backends.loader import LoadedModel
+from tooldec.eval.compress import cache_key, clean_description, compress_tools
+from tooldec.eval.metrics import SyntaxChecker
+from tooldec.eval.runners import (
     Attempt,
     EvalError,
     LenientHermes,
@@ -24,9 +24,9 @@ from tooldec.eval.runners import (  # noqa: E402
     react_attempts,
     toolken_attempts,
 )
-from tooldec.grammar.calls import ToolkenCall  # noqa: E402
-from tooldec.specs import ToolSet, ToolSpec  # noqa: E402
-from tooldec.toolsets.funcqa import funcqa_tools  # noqa: E402
+from tooldec.grammar.calls import ToolkenCall
+from tooldec.specs import ToolSet, ToolSpec
+from tooldec.toolsets.funcqa import funcqa_tools
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"

@@ -37,7 +37,7 @@ from tooldec.eval.metrics import (
     parse_number,
 )
 from tooldec.eval.restbench_sim import RestSimulator
-from tooldec.grammar.calls import CallParseError, ParsedCall, ReactCall, ToolkenCall
+from tooldec.grammar.calls import CallParseError, ParsedCall, ToolkenCall
 from tooldec.specs import ToolSet, ToolSpec, from_openai_tools
 from tooldec.toolsets.funcqa import FUNCQA_FUNCTIONS, funcqa_tools
 from tooldec.toolsets.kamel import kamel_tools
@@ -123,12 +123,15 @@ class Attempt:
     complete: bool
 
 
-def classify(checker: SyntaxChecker, attempt: Attempt, *, fuzzy: bool) -> SyntaxCheck:
-    """The verdict on one call attempt; fuzzy maps the name before the arguments are checked."""
+Parser = Callable[[str], ParsedCall]
+
+
+def classify(checker: SyntaxChecker, attempt: Attempt, *, fuzzy: bool, parse: Parser | None = None) -> SyntaxCheck:
+    """The verdict on one call attempt (read by `parse`, else the format's parser); fuzzy maps the name first."""
     if not attempt.complete:
         return _truncated(checker, attempt.text)
     try:
-        call = checker.format.parse(attempt.text)
+        call = (parse or checker.format.parse)(attempt.text)
     except CallParseError as err:
         return SyntaxCheck("format", str(err))
     if fuzzy and isinstance(call.name, str):
@@ -155,10 +158,10 @@ def _truncated(checker: SyntaxChecker, text: str) -> SyntaxCheck:
 
 
 def verdicts(
-    checker: SyntaxChecker, attempts: Sequence[Attempt], *, fuzzy: bool
+    checker: SyntaxChecker, attempts: Sequence[Attempt], *, fuzzy: bool, parse: Parser | None = None
 ) -> tuple[str | None, list[dict[str, Any]]]:
     """The item's syntax error (first error among its calls) and one verdict per attempt."""
-    checks = [classify(checker, a, fuzzy=fuzzy) for a in attempts]
+    checks = [classify(checker, a, fuzzy=fuzzy, parse=parse) for a in attempts]
     rows = [
         {"text": a.text, "kind": c.kind, "message": c.message[:200]} for a, c in zip(attempts, checks, strict=True)
     ]
@@ -253,7 +256,7 @@ def _funcqa(benchmark: str, lm: LoadedModel, decoding: str, root: str | None) ->
     agent = ToolkenAgent(
         lm, executor_cls(FUNCQA_FUNCTIONS, tools), guided=decoding == "tooldec", max_new_tokens=max_new
     )
-    checker = SyntaxChecker(tools, ToolkenCall())
+    checker = SyntaxChecker(tools, "toolken")
     tool_line = data.template.splitlines()[0]
     per_tool = len(_encode(lm)(tool_line)) / len(tools)
 
@@ -309,8 +312,8 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
     kt = kamel_tools(relations, k)
     names = list(kt.tools.names)
     fmt = ToolkenCall()
-    checker = SyntaxChecker(kt.tools, fmt)
-    grammar = Compiler(lm.vocab).compile(kt.tools, fmt) if decoding == "tooldec" else None
+    checker = SyntaxChecker(kt.tools, "toolken")
+    grammar = Compiler(lm.vocab).compile(kt.tools, "toolken") if decoding == "tooldec" else None
     per_tool = len(_encode(lm)(", ".join(names))) / len(names)
     decoder = Decoder(lm.model, lm.vocab)
     max_new = 48
@@ -388,7 +391,7 @@ def _restbench(
         max_new_tokens=max_new,
         prompt_builder=builder,
     )
-    checker = SyntaxChecker(ToolSet([*tools, FINISH]), ReactCall())
+    checker = SyntaxChecker(ToolSet([*tools, FINISH]), "react")
     encode = _encode(lm)
     full_text = describe_tools(tools)
     shown = compressed_block(tools, dict(compressed)) if compressed is not None else full_text
@@ -499,19 +502,20 @@ def _bfcl(
             ctrl = CallController(
                 compiler.compile(specs, "hermes"), trigger=TOOL_CALL_OPEN, after_call="text", max_calls=max_calls
             )
-            checker = SyntaxChecker(specs, "hermes")
+            parse = None
         else:
             ctrl = FreeController(lm.vocab, HERMES_CALL, LenientHermes().parse, after_call="text", max_calls=max_calls)
-            checker = SyntaxChecker(specs, LenientHermes())
+            parse = LenientHermes().parse
+        checker = SyntaxChecker(specs, "hermes")
         gen = decoder.generate([prompt], [ctrl], max_new_tokens=max_new)[0]
         attempts = hermes_attempts(gen.text, gen.finish_reason == "length")
-        kind, calls = verdicts(checker, attempts, fuzzy=fuzzy)
+        kind, calls = verdicts(checker, attempts, fuzzy=fuzzy, parse=parse)
         made = []
         for attempt in attempts:
             if not attempt.complete:
                 continue
             try:
-                call = checker.format.parse(attempt.text)
+                call = (parse or checker.format.parse)(attempt.text)
             except CallParseError:
                 continue
             made.append(fuzzy_call(call, specs) if fuzzy else call)
