@@ -296,3 +296,16 @@ def test_cli_eval_writes_results_and_resumes(tiny_lm: LoadedModel, shared: Path,
     assert doc["records"][0] == records[0]
     assert doc["summary"]["tooldec"]["syntax_errors"]["any"] == 0.0
     assert (out / "results.md").exists() and (out / "accuracy_errors.png").exists()
+
+
+def test_compressed_descriptions_shorten_the_prompt(tiny_lm: LoadedModel, shared: Path) -> None:
+    """With short descriptions the tool block costs fewer tokens per tool; the note says before and after."""
+    from tooldec.eval.run import compression_note
+
+    short = {"get_movie": "Movie details.", "search_movie": "Find movies."}
+    bench = prepare("restbench-tmdb", tiny_lm, "tooldec", root=str(shared), compressed=short)
+    record = bench.run(bench.items[1])
+    assert record["syntax_error"] is None
+    assert record["tokens_per_tool"] < record["tokens_per_tool_uncompressed"]
+    note = compression_note([record])
+    assert "before" in note and "after" in note

@@ -71,9 +71,20 @@ def run_eval(
             records.append(bench.run(item))
             report.write_results(out, config, records, bench.files, model=model_info, notes=bench.notes, partial=True)
             bar.update(task, advance=1, description=_status(bench.name, records))
-    doc = report.write_results(out, config, records, bench.files, model=model_info, notes=bench.notes)
+    notes = bench.notes + ([compression_note(records)] if compressed else [])
+    doc = report.write_results(out, config, records, bench.files, model=model_info, notes=notes)
     console.print(f"wrote {out / report.RESULTS_FILE}, {out / report.TABLE_FILE}, {out / report.MODES_PLOT}")
     return doc
+
+
+def compression_note(records: list[dict[str, Any]]) -> str:
+    """Tokens per tool in the prompt with the full documentation and with the compressed descriptions."""
+    full = [r["tokens_per_tool_uncompressed"] for r in records if "tokens_per_tool_uncompressed" in r]
+    short = [r["tokens_per_tool"] for r in records if "tokens_per_tool_uncompressed" in r]
+    if not full:
+        return "compressed tool descriptions (no token counts recorded)"
+    before, after = sum(full) / len(full), sum(short) / len(short)
+    return f"compressed tool descriptions: {before:.1f} tokens per tool before, {after:.1f} after"
 
 
 def _status(name: str, records: list[dict[str, Any]]) -> str:
