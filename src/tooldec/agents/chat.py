@@ -132,10 +132,7 @@ class ChatAgent:
                 max_new_tokens=self.max_new_tokens,
                 jump_forward=self.jump_forward,
             )[0]
-            totals.tokens += gen.sampled_tokens + gen.forced_tokens
-            totals.seconds += gen.seconds
-            totals.forward_passes += gen.forward_passes
-            totals.forced_tokens += gen.forced_tokens
+            totals.add_cost(gen)
             totals.text += gen.text
             calls = [call for event in gen.events for call in event.calls]
             errors.extend(event.error for event in gen.events if event.error)

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tooldec.agents.executor import ToolExecutor, ToolResult
+from tooldec.agents.inline import inline_controller
 from tooldec.agents.result import AgentResult
 from tooldec.backends.loader import LoadedModel
-from tooldec.compiler import Compiler
-from tooldec.decoding import CallController, CallEvent, FreeController, SamplingParams
+from tooldec.decoding import CallEvent, SamplingParams
 from tooldec.decoding.decoder import Decoder
 from tooldec.grammar.calls import ReactCall
 from tooldec.specs import ToolSet, ToolSpec
@@ -72,15 +72,16 @@ class ReactAgent:
         """Loop Thought → Action → Observation until Finish or the step limit."""
         tools = ToolSet([*self.executor.tools, FINISH])
         vocab = self.lm.vocab
-        fmt = ReactCall()
-        stops = ("\nObservation:", "\nQuestion:")
-        if self.guided:
-            grammar = Compiler(vocab).compile(tools, fmt)
-            ctrl: CallController | FreeController = CallController(
-                grammar, trigger="Action:", after_call="text", max_calls=self.max_steps, stop=stops
-            )
-        else:
-            ctrl = FreeController(vocab, CALL_END, fmt.parse, max_calls=self.max_steps, stop=stops)
+        ctrl = inline_controller(
+            vocab,
+            tools,
+            ReactCall(),
+            guided=self.guided,
+            trigger="Action:",
+            call_end=CALL_END,
+            max_calls=self.max_steps,
+            stop=("\nObservation:", "\nQuestion:"),
+        )
         results: list[ToolResult] = []
         errors: list[str] = []
         answer: list[Any] = []
@@ -108,13 +109,6 @@ class ReactAgent:
             on_call=on_call,
         )[0]
         final = answer[0] if answer else None
-        return AgentResult(
-            answer=None if final is None else str(final),
-            calls=results,
-            text=gen.text.strip(),
-            tokens=gen.sampled_tokens + gen.forced_tokens,
-            seconds=gen.seconds,
-            forward_passes=gen.forward_passes,
-            forced_tokens=gen.forced_tokens,
-            errors=errors,
-        )
+        result = AgentResult(None if final is None else str(final), results, gen.text.strip(), errors=errors)
+        result.add_cost(gen)
+        return result

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tooldec.agents.executor import ToolResult
+from tooldec.decoding.decoder import Generation
 
 
 @dataclass
@@ -21,6 +22,14 @@ class AgentResult:
     forward_passes: int = 0
     forced_tokens: int = 0
     errors: list[str] = field(default_factory=list)
+
+    def add_cost(self, gen: Generation) -> None:
+        """Count one decoding run's tokens, time and forward passes into this result (agents may run several)."""
+        self.tokens += gen.sampled_tokens + gen.forced_tokens
+        self.seconds += gen.seconds
+        self.model_seconds += gen.model_seconds
+        self.forward_passes += gen.forward_passes
+        self.forced_tokens += gen.forced_tokens
 
     def to_dict(self) -> dict[str, Any]:
         """The `tooldec run --json` object."""

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 from tooldec.agents.answer import extract_answer
 from tooldec.agents.executor import ToolExecutor, ToolResult, format_value
+from tooldec.agents.inline import inline_controller
 from tooldec.agents.result import AgentResult
 from tooldec.backends.loader import LoadedModel
-from tooldec.compiler import Compiler
-from tooldec.decoding import CallController, CallEvent, FreeController, SamplingParams
+from tooldec.decoding import CallEvent, SamplingParams
 from tooldec.decoding.decoder import Decoder
 from tooldec.grammar.calls import ToolkenCall
 
@@ -65,14 +65,16 @@ class ToolkenAgent:
         """Decode an answer to `question` (or to a ready `prompt`), running every call the model writes."""
         text = prompt if prompt is not None else toolken_prompt(question, list(self.executor.tools.names))
         vocab = self.lm.vocab
-        fmt = ToolkenCall()
-        if self.guided:
-            grammar = Compiler(vocab).compile(self.executor.tools, fmt)
-            ctrl: CallController | FreeController = CallController(
-                grammar, trigger="<", after_call="text", max_calls=self.max_calls, stop=STOPS
-            )
-        else:
-            ctrl = FreeController(vocab, CALL_END, fmt.parse, max_calls=self.max_calls, stop=STOPS)
+        ctrl = inline_controller(
+            vocab,
+            self.executor.tools,
+            ToolkenCall(),
+            guided=self.guided,
+            trigger="<",
+            call_end=CALL_END,
+            max_calls=self.max_calls,
+            stop=STOPS,
+        )
         results: list[ToolResult] = []
         errors: list[str] = []
 
@@ -97,14 +99,6 @@ class ToolkenAgent:
         answer_text = gen.text
         for stop in STOPS:
             answer_text = answer_text.split(stop)[0]
-        return AgentResult(
-            answer=extract_answer(answer_text),
-            calls=results,
-            text=answer_text.strip(),
-            tokens=gen.sampled_tokens + gen.forced_tokens,
-            seconds=gen.seconds,
-            model_seconds=gen.model_seconds,
-            forward_passes=gen.forward_passes,
-            forced_tokens=gen.forced_tokens,
-            errors=errors,
-        )
+        result = AgentResult(extract_answer(answer_text), results, answer_text.strip(), errors=errors)
+        result.add_cost(gen)
+        return result
