@@ -168,6 +168,7 @@ def test_trigger_bans_tokens_that_run_past_it() -> None:
     after_prefix = long.banned(b"xx<tool", allow=True)
     assert after_prefix is not None and after_prefix[7] and not after_prefix[6]
     assert long.fired(b"<tool", 6) and not long.fired(b"<too", 6)
+    assert Trigger.of(vocab, "<") is Trigger.of(vocab, "<") is not Trigger.of(vocab, "<tool_call>")
 
 
 def test_hf_logits_processor_constrains_generate(vocab, model) -> None:  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -45,11 +46,12 @@ _FORCED: dict[int, ForcedText] = {}
 
 
 def _forced_text(grammar: CompiledGrammar) -> ForcedText:
-    """One ForcedText per compiled grammar, shared by every sequence decoding with it."""
+    """One ForcedText per compiled grammar, shared by every sequence decoding with it, dropped with its DFA."""
     key = id(grammar.dfa)
     got = _FORCED.get(key)
-    if got is None or got.dfa is not grammar.dfa:
+    if got is None:
         got = _FORCED[key] = ForcedText(grammar.dfa)
+        weakref.finalize(grammar.dfa, _FORCED.pop, key, None)
     return got
 
 
@@ -79,7 +81,7 @@ class CallController:
             raise ValueError(f"tool_choice must be auto, none or required, not {tool_choice!r}")
         self.grammar = grammar
         self.vocab = grammar.index.vocab
-        self.trigger = Trigger(self.vocab, trigger) if trigger is not None else None
+        self.trigger = Trigger.of(self.vocab, trigger) if trigger is not None else None
         self.tool_choice = tool_choice
         self.after_call = after_call
         self.max_calls = max_calls

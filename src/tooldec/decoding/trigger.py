@@ -7,15 +7,27 @@ With tool_choice "none" the trigger cannot be written at all.
 
 from __future__ import annotations
 
+import weakref
 from functools import cached_property
 
 import numpy as np
 
 from tooldec.vocab import Vocabulary
 
+_TRIGGERS: weakref.WeakKeyDictionary[Vocabulary, dict[str | int, Trigger]] = weakref.WeakKeyDictionary()
+
 
 class Trigger:
     """A trigger over one vocabulary: a text like `<tool_call>` or a control token id like `[TOOL_CALLS]`."""
+
+    @classmethod
+    def of(cls, vocab: Vocabulary, trigger: str | int) -> Trigger:
+        """The shared Trigger of `trigger` over `vocab`: its masks scan the vocabulary once, not once per sequence."""
+        per_vocab = _TRIGGERS.setdefault(vocab, {})
+        got = per_vocab.get(trigger)
+        if got is None:
+            got = per_vocab[trigger] = cls(vocab, trigger)
+        return got
 
     def __init__(self, vocab: Vocabulary, trigger: str | int) -> None:
         """Check the trigger exists in this vocabulary; masks are built on first use."""
