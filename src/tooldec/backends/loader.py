@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tooldec.backends.cache import cache_dir
+from tooldec.backends.embedded import DEFAULT_MODEL, EMBEDDED_MODELS, fetch_model
 from tooldec.errors import ToolDecError
 from tooldec.vocab import Vocabulary
 
@@ -96,8 +97,6 @@ def convert_gguf(path: Path, *, force: bool = False) -> Path:
 
 def load_model(name_or_path: str | Path | None = None, *, threads: int | None = None) -> LoadedModel:
     """Load a model: None or an embedded name (see EMBEDDED_MODELS), a folder, a .gguf file, or a hub id."""
-    from tooldec.backends.embedded import DEFAULT_MODEL, EMBEDDED_MODELS, fetch_model
-
     transformers = _require_transformers()
     import torch
 

@@ -1,12 +1,13 @@
 """The 13 FuncQA math tools of ToolkenGPT, as Python functions and a ToolSet.
 
 `add`, `multiply`, `lcm` and `gcd` take two to four operands (FuncQA's solutions chain up to three);
-the others take exactly their mathematical arity. Results are rounded like the dataset's (6 significant
-decimals are kept by `round_result`) only when shown; the functions return exact floats or ints.
+the others take exactly their mathematical arity. The functions return exact floats or ints; rounding for
+display is the agent's business.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from functools import reduce
@@ -103,8 +104,6 @@ FUNCQA_FUNCTIONS: dict[str, Callable[..., Any]] = {
 
 def _spec(fn: Callable[..., Any]) -> ToolSpec:
     """A spec whose operands are plain numbers; optional operands may be left out but are never null."""
-    import inspect
-
     params = inspect.signature(fn).parameters
     properties = {name: {"type": "number"} for name in params}
     required = [name for name, p in params.items() if p.default is inspect.Parameter.empty]
