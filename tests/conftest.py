@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -108,3 +109,30 @@ def _unlimited_int_digits() -> None:
     import sys
 
     sys.set_int_max_str_digits(0)
+
+
+def _build_tiny_llama(vocab_size: int, *, seed: int = 0, num_attention_heads: int = 4, **config: Any) -> Any:
+    """A 2-layer Llama with random weights (seeded): the harshest model, built from a config, no download."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        **config,
+    )
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama() -> Callable[..., Any]:
+    """Builder of tiny random Llama models: `tiny_llama(vocab_size, seed=0, num_attention_heads=4, **config)`."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    return _build_tiny_llama

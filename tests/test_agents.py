@@ -23,18 +23,8 @@ from tooldec.toolsets import FUNCQA_FUNCTIONS, funcqa_tools
 
 
 @pytest.fixture(scope="module")
-def lm(bytelevel_tokenizer, bytelevel_vocab) -> LoadedModel:  # type: ignore[no-untyped-def]
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=bytelevel_vocab.size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
+def lm(bytelevel_tokenizer, bytelevel_vocab, tiny_llama) -> LoadedModel:  # type: ignore[no-untyped-def]
+    model = tiny_llama(bytelevel_vocab.size)
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bytelevel_tokenizer)
     return LoadedModel(model, tokenizer, bytelevel_vocab, "tiny", "test", 0.0)
 

@@ -42,24 +42,9 @@ WEATHER = ToolSpec(
 TOOLS = ToolSet([*funcqa_tools(), WEATHER])
 
 
-def tiny_model(vocab_size: int, seed: int = 0) -> object:
-    """A 2-layer Llama with random weights over the fixture's vocabulary."""
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-    )
-    return transformers.LlamaForCausalLM(config).eval()
-
-
 @pytest.fixture(scope="module")
-def model(vocab) -> object:  # type: ignore[no-untyped-def]
-    return tiny_model(vocab.size)
+def model(vocab, tiny_llama) -> object:  # type: ignore[no-untyped-def]
+    return tiny_llama(vocab.size)
 
 
 def check_call(call, tools: ToolSet = TOOLS) -> None:  # type: ignore[no-untyped-def]

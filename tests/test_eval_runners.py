@@ -35,25 +35,14 @@ CHAT_TEMPLATE = (
 
 
 @pytest.fixture(scope="module")
-def tiny_lm(bytelevel_tokenizer: Any) -> LoadedModel:
+def tiny_lm(bytelevel_tokenizer: Any, tiny_llama: Any) -> LoadedModel:
     """A random 2-layer Llama over the byte-level fixture tokenizer, with a chat template that ignores tools."""
     from tooldec.vocab import Vocabulary
 
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bytelevel_tokenizer, eos_token="</s>")
     tokenizer.chat_template = CHAT_TEMPLATE
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    model = transformers.LlamaForCausalLM(config).eval()
-    vocab = Vocabulary.from_hf(tokenizer, vocab_size=config.vocab_size)
+    model = tiny_llama(len(tokenizer), num_attention_heads=2, eos_token_id=tokenizer.eos_token_id)
+    vocab = Vocabulary.from_hf(tokenizer, vocab_size=len(tokenizer))
     return LoadedModel(model, tokenizer, vocab, "tiny-llama", "test", 0.0)
 
 
