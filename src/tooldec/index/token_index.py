@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import repeat
 
 import numpy as np
 
@@ -515,12 +516,12 @@ class TokenIndex:
             out.nexts.append(state)
             lo += 1
         if hi - lo <= SMALL_RANGE:
-            self._walk_python(state, lo, hi, depth, out)
+            self._walk_python(state, zip(range(lo, hi), repeat(depth)), out)
             return
         batch = []
         for b0, b1, sub_lo, sub_hi in self._ranges(lo, hi, depth, live):
             if sub_hi - sub_lo <= PY_ROWS:
-                self._walk_python(state, sub_lo, sub_hi, depth, out)
+                self._walk_python(state, zip(range(sub_lo, sub_hi), repeat(depth)), out)
             elif b0 == b1:
                 self._walk(t[state * nc + cls[b0]], sub_lo, sub_hi, depth + 1, out)
             elif self._trie_like(state, range(b0, b1 + 1)):
@@ -531,11 +532,11 @@ class TokenIndex:
         if batch:
             self._walk_numpy(state, np.concatenate(batch), depth, out)
 
-    def _walk_python(self, state: int, lo: int, hi: int, depth: int, out: _Entry) -> None:
-        """Walk the tokens of lex range [lo, hi) one by one from byte `depth` on, starting in `state`."""
+    def _walk_python(self, state: int, starts: Iterable[tuple[int, int]], out: _Entry) -> None:
+        """Walk tokens one by one from `state`: each (lex row, byte offset) pair from that byte on."""
         tokens = self._trie.tokens
         t, nc, cls = self._t, self._nc, self._cls
-        for i in range(lo, hi):
+        for i, depth in starts:
             s = state
             for b in tokens[i][depth:]:
                 s = t[s * nc + cls[b]]
@@ -594,22 +595,12 @@ class TokenIndex:
         else:
             cache.move_to_end(key)
         out = _Entry(region=region, local=np.array(local, dtype=np.int64))
-        tokens = self._trie.tokens
-        t, nc, cls = self._t, self._nc, self._cls
         for exit_state, (rows, pos, nxt_byte) in zip(exits, region.exits, strict=True):
             ok = np.zeros(257, dtype=bool)
             ok[self._live_bytes(exit_state)] = True
             ok[256] = True
             sel = np.flatnonzero(ok[nxt_byte])
-            for i, p in zip(rows[sel].tolist(), pos[sel].tolist(), strict=True):
-                s = exit_state
-                for b in tokens[i][p:]:
-                    s = t[s * nc + cls[b]]
-                    if not s:
-                        break
-                else:
-                    out.rows.append(i)
-                    out.nexts.append(s)
+            self._walk_python(exit_state, zip(rows[sel].tolist(), pos[sel].tolist(), strict=True), out)
         return out
 
     def _region_signature(self, state: int) -> tuple[bytes, list[int], list[int]] | None:
