@@ -61,10 +61,10 @@ class Guide:
     def bool_mask(self, size: int | None = None) -> np.ndarray:
         """Allowed tokens as `bool[size]` (default: the vocabulary size), ready to index logits."""
         n = self.index.vocab.size if size is None else size
-        mask = np.zeros(n, dtype=bool)
-        ids = self.allowed_token_ids()
-        mask[ids[ids < n]] = True
-        return mask
+        bits = np.unpackbits(self.bitmask().view(np.uint8), bitorder="little").view(bool)
+        if n <= len(bits):
+            return bits[:n].copy()
+        return np.concatenate([bits, np.zeros(n - len(bits), dtype=bool)])
 
     def accepts(self, token_id: int) -> bool:
         """Whether `token_id` is allowed now."""

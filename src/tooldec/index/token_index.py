@@ -206,6 +206,7 @@ class TokenIndex:
         self._live: dict[int, list[int]] = {}
         self._entries: dict[int, _Entry] = {}
         self._bitmasks: dict[int, np.ndarray] = {}
+        self._transitions: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._sparse: dict[int, list[tuple[int, int]]] = {}
         self._chained: dict[int, tuple[tuple[np.ndarray, np.ndarray], int, int]] = {}  # (stretch arrays, lo, hi)
         self._unchained: set[int] = set()
@@ -241,7 +242,10 @@ class TokenIndex:
         return got
 
     def transitions(self, state: int) -> tuple[np.ndarray, np.ndarray]:
-        """Sorted allowed token ids in `state` (EOS included when accepting) and the state each leads to."""
+        """Sorted allowed token ids in `state` (EOS included when accepting) and the state each leads to (cached)."""
+        got = self._transitions.get(state)
+        if got is not None:
+            return got
         e = self._entry(state)
         trie = self._trie
         ids = [trie.ids[np.array(e.rows, dtype=np.int64)], *(trie.ids[r] for r in e.np_rows)]
@@ -254,7 +258,11 @@ class TokenIndex:
             nxt.append(np.full(self._eos.size, FINAL, dtype=np.int64))
         all_ids = np.concatenate(ids)
         perm = np.argsort(all_ids, kind="stable")
-        return all_ids[perm], np.concatenate(nxt).astype(np.int32)[perm]
+        got = (all_ids[perm], np.concatenate(nxt).astype(np.int32)[perm])
+        for arr in got:
+            arr.flags.writeable = False
+        self._transitions[state] = got
+        return got
 
     def allowed_ids(self, state: int) -> np.ndarray:
         """Sorted token ids allowed in `state`."""
