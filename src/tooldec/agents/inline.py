@@ -1,0 +1,30 @@
+"""Inline calls in generated text (ToolkenGPT, ReAct): the controller that guides them, or only reads them."""
+
+from __future__ import annotations
+
+import re
+
+from tooldec.compiler import Compiler
+from tooldec.decoding import CallController, FreeController
+from tooldec.grammar.calls import CallFormat
+from tooldec.specs import ToolSet
+from tooldec.vocab import Vocabulary
+
+
+def inline_controller(
+    vocab: Vocabulary,
+    tools: ToolSet,
+    fmt: CallFormat,
+    *,
+    guided: bool,
+    trigger: str,
+    call_end: re.Pattern[str],
+    max_calls: int,
+    stop: tuple[str, ...],
+) -> CallController | FreeController:
+    """Guided: text until `trigger`, then a call of `tools` in `fmt`; unguided: free text whose calls are
+    found by `call_end` and parsed best-effort. Both return to text after a call, up to `max_calls`."""
+    if guided:
+        grammar = Compiler(vocab).compile(tools, fmt)
+        return CallController(grammar, trigger=trigger, after_call="text", max_calls=max_calls, stop=stop)
+    return FreeController(vocab, call_end, fmt.parse, max_calls=max_calls, stop=stop)
