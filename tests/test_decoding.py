@@ -20,6 +20,7 @@ from tooldec.decoding import CallController, FreeController, SamplingParams, Tri
 from tooldec.decoding.decoder import Decoder
 from tooldec.decoding.jump_forward import ForcedText, complete_utf8
 from tooldec.decoding.logits_processor import ToolDecLogitsProcessor
+from tooldec.decoding.prefix import PromptPrefix
 from tooldec.decoding.sampling import sample_token
 from tooldec.grammar.calls import FORMATS
 from tooldec.specs import ToolSet, ToolSpec
@@ -95,6 +96,34 @@ def test_batch_matches_one_by_one_with_jump_forward(vocab, model) -> None:  # ty
     for prompt, together in zip(prompts, batch, strict=True):
         alone = decoder.generate([prompt], [CallController(grammar)], max_new_tokens=300)[0]
         assert alone.tokens == together.tokens
+
+
+def test_shared_prefix_cache_gives_the_same_tokens(vocab, model) -> None:  # type: ignore[no-untyped-def]
+    grammar = Compiler(vocab).compile(TOOLS, "hermes")
+    decoder = Decoder(model, vocab)
+    head = vocab.encode("You may call tools. Here are some examples of calls and answers.")
+    prompts = [head + vocab.encode(q) for q in (" first", " a second question", " 3")]
+    prefix = PromptPrefix.build(model, head + vocab.encode(" unrelated tail"))
+    params = SamplingParams(temperature=1.0, seed=5)
+    cached = decoder.generate(prompts, [CallController(grammar) for _ in prompts], params, prefix=prefix)
+    plain = decoder.generate(prompts, [CallController(grammar) for _ in prompts], params)
+    assert prefix.shared(prompts) == len(head)
+    assert [g.prefix_tokens for g in cached] == [len(head)] * 3
+    assert [g.tokens for g in cached] == [g.tokens for g in plain]
+    assert [g.forward_passes for g in cached] == [g.forward_passes for g in plain]
+
+
+def test_prefix_that_covers_a_whole_prompt_leaves_it_one_token(vocab, model) -> None:  # type: ignore[no-untyped-def]
+    prompt = vocab.encode("exactly the prefix")
+    prefix = PromptPrefix.build(model, prompt)
+    assert prefix.shared([prompt]) == len(prompt) - 1
+    assert prefix.shared([vocab.encode("zzz"), prompt]) == 0
+    ctrl = CallController(Compiler(vocab).compile(TOOLS, "json"))
+    gen = Decoder(model, vocab).generate([prompt], [ctrl], prefix=prefix, max_new_tokens=300)[0]
+    alone = Decoder(model, vocab).generate([prompt], [CallController(ctrl.grammar)], max_new_tokens=300)[0]
+    assert gen.tokens == alone.tokens
+    with pytest.raises(ValueError, match="at least one token"):
+        PromptPrefix.build(model, [])
 
 
 def test_jump_forward_saves_passes_and_keeps_calls_valid(vocab, model) -> None:  # type: ignore[no-untyped-def]

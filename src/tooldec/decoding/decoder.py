@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from tooldec.decoding.controller import CallController, CallEvent, FreeController
+from tooldec.decoding.prefix import PromptPrefix
 from tooldec.decoding.sampling import SamplingParams, sample_token
 from tooldec.vocab import Vocabulary
 
@@ -38,6 +39,7 @@ class Generation:
     forward_passes: int = 0
     seconds: float = 0.0
     model_seconds: float = 0.0
+    prefix_tokens: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -61,11 +63,13 @@ class Decoder:
         max_new_tokens: int = 256,
         jump_forward: bool = True,
         on_call: OnCall | None = None,
+        prefix: PromptPrefix | None = None,
     ) -> list[Generation]:
         """Decode every prompt until its controller is done or `max_new_tokens` are generated.
 
         `on_call(row, event)` runs when a row finishes a call; the text it returns (a tool's result) is
-        appended to that row in text mode and decoding goes on; None ends the row.
+        appended to that row in text mode and decoding goes on; None ends the row. With `prefix`, the
+        leading tokens all prompts share with it come from its cache instead of a forward pass.
         """
         if len(prompts) != len(controllers):
             raise ValueError(f"{len(prompts)} prompts but {len(controllers)} controllers")
@@ -74,11 +78,15 @@ class Decoder:
         start = time.perf_counter()
         n = len(prompts)
         gens = [Generation([], "", [], "length") for _ in range(n)]
-        pending: list[list[int]] = [list(p) for p in prompts]
         live = [not c.done for c in controllers]
         generator = params.generator()
         mask_cols: list[torch.Tensor] = []
         cache = None
+        reused = prefix.shared(prompts) if prefix is not None else 0
+        if prefix is not None and reused:
+            cache = prefix.cache(n, reused)
+            mask_cols.append(torch.ones((n, reused), dtype=torch.long))
+        pending: list[list[int]] = [list(p[reused:]) for p in prompts]
         model_time = 0.0
         for row in range(n):
             if live[row] and jump_forward:
@@ -101,6 +109,7 @@ class Decoder:
                 position_ids=positions.to(self.device),
                 past_key_values=cache,
                 use_cache=True,
+                logits_to_keep=1,
             )
             cache = out.past_key_values
             logits = out.logits[:, -1, :].float().cpu()
@@ -134,6 +143,7 @@ class Decoder:
             gen.events = list(ctrl.events)
             gen.seconds = elapsed
             gen.model_seconds = model_time
+            gen.prefix_tokens = reused
         return gens
 
     def _feed(
