@@ -184,6 +184,20 @@ def test_tooldec_never_makes_a_syntax_error(
         json.dumps(record)
 
 
+@pytest.mark.parametrize("decoding", ["tooldec", "free"])
+@pytest.mark.parametrize(("bench_name", "tools"), [CASES[0], CASES[2], CASES[3], CASES[6]])
+def test_a_batch_gives_each_item_the_record_it_gets_alone(
+    tiny_lm: LoadedModel, shared: Path, bench_name: str, tools: int | None, decoding: str
+) -> None:
+    """Batched decoding (with the shared prompt prefix's cache) changes the cost, never the outcome."""
+    bench = prepare(bench_name, tiny_lm, decoding, root=str(shared), tools=tools)
+    together = bench.run_batch(bench.items)
+    alone = [bench.run(item) for item in bench.items]
+    assert len(together) == len(bench.items) >= 2
+    for a, b in zip(together, alone, strict=True):
+        assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
+
+
 @pytest.mark.parametrize("decoding", ["free", "fuzzy"])
 @pytest.mark.parametrize(("bench_name", "tools"), [CASES[0], CASES[2], CASES[3], CASES[4]])
 def test_free_and_fuzzy_records(
@@ -298,3 +312,35 @@ def test_compressed_descriptions_shorten_the_prompt(tiny_lm: LoadedModel, shared
     assert record["tokens_per_tool"] < record["tokens_per_tool_uncompressed"]
     note = compression_note([record])
     assert "before" in note and "after" in note
+
+
+@pytest.mark.parametrize(("bench_name", "tools"), [("kamel", "30"), ("bfcl-simple", None)])
+def test_fuzzy_replay_of_a_free_run_equals_decoding_it_again(
+    tiny_lm: LoadedModel, shared: Path, tmp_path: Path, bench_name: str, tools: str | None
+) -> None:
+    """Scoring the free run's generations with fuzzy matching gives the records a fuzzy run decodes itself."""
+    from typer.testing import CliRunner
+
+    from tooldec.cli import app
+
+    folder = tmp_path / "model"
+    tiny_lm.model.save_pretrained(folder)
+    tiny_lm.tokenizer.save_pretrained(folder)
+    base = ["eval", bench_name, "--model", str(folder), "--shared", str(shared)]
+    base += ["--tools", tools] if tools else []
+
+    def run(decoding: str, name: str, *extra: str) -> list[dict[str, object]]:
+        done = CliRunner().invoke(app, [*base, "--decoding", decoding, "--out", str(tmp_path / name), *extra])
+        assert done.exit_code == 0, done.output
+        return json.loads((tmp_path / name / "results.json").read_text())["records"]
+
+    run("free", "free")
+    replayed = run("fuzzy", "replayed", "--replay", str(tmp_path / "free"))
+    decoded = run("fuzzy", "decoded")
+    assert [r.pop("replayed_from") for r in replayed] == ["free"] * len(decoded)
+    for a, b in zip(replayed, decoded, strict=True):
+        assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
+    wrong = CliRunner().invoke(app, [*base, "--decoding", "tooldec", "--replay", str(tmp_path / "free")])
+    assert wrong.exit_code != 0 and "--replay" in wrong.output
+    mismatch = CliRunner().invoke(app, [*base, "--decoding", "fuzzy", "--replay", str(tmp_path / "decoded")])
+    assert mismatch.exit_code != 0 and "not a free run" in mismatch.output

@@ -239,13 +239,16 @@ def eval_command(
     resume: bool = typer.Option(False, "--resume", help="Keep the records of a partial run in --out."),
     compressed: Path | None = typer.Option(None, "--compressed", help="Short tool descriptions (compress-tools)."),
     threads: int | None = typer.Option(None, "--threads", help="torch CPU threads."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Items decoded together, one row each."),
+    replay: Path | None = typer.Option(None, "--replay", help="Fuzzy only: score this free run's generations."),
 ) -> None:
     """Evaluate a model on a benchmark with ToolDec, free or fuzzy decoding; write results, table and plots."""
     from tooldec.eval.run import run_eval
 
     try:
         run_eval(benchmark, model=model, decoding=decoding, limit=limit, tools=tools, out=out, shared=shared,
-                 resume=resume, compressed=compressed, threads=threads, console=err)
+                 resume=resume, compressed=compressed, threads=threads, batch_size=batch_size, replay=replay,
+                 console=err)
     except (ToolDecError, OSError) as exc:
         _fail(str(exc))
 

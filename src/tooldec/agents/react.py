@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ from tooldec.agents.result import AgentResult
 from tooldec.backends.loader import LoadedModel
 from tooldec.decoding import CallEvent, SamplingParams
 from tooldec.decoding.decoder import Decoder
+from tooldec.decoding.prefix import PromptPrefix
 from tooldec.grammar.calls import ReactCall
 from tooldec.specs import ToolSet, ToolSpec
 
@@ -70,45 +71,54 @@ class ReactAgent:
 
     def run(self, question: str) -> AgentResult:
         """Loop Thought → Action → Observation until Finish or the step limit."""
-        tools = ToolSet([*self.executor.tools, FINISH])
-        vocab = self.lm.vocab
-        ctrl = inline_controller(
-            vocab,
-            tools,
-            ReactCall(),
-            guided=self.guided,
-            trigger="Action:",
-            call_end=CALL_END,
-            max_calls=self.max_steps,
-            stop=("\nObservation:", "\nQuestion:"),
-        )
-        results: list[ToolResult] = []
-        errors: list[str] = []
-        answer: list[Any] = []
+        return self.run_many([question])[0]
 
-        def on_call(_: int, event: CallEvent) -> str | None:
+    def run_many(self, questions: Sequence[str], *, prefix: PromptPrefix | None = None) -> list[AgentResult]:
+        """Answer several questions in one batch (one row each); `prefix` is their prompts' shared start."""
+        tools = ToolSet([*self.executor.tools, FINISH])
+        controllers = [
+            inline_controller(
+                self.lm.vocab,
+                tools,
+                ReactCall(),
+                guided=self.guided,
+                trigger="Action:",
+                call_end=CALL_END,
+                max_calls=self.max_steps,
+                stop=("\nObservation:", "\nQuestion:"),
+            )
+            for _ in questions
+        ]
+        results: list[list[ToolResult]] = [[] for _ in questions]
+        errors: list[list[str]] = [[] for _ in questions]
+        answers: list[Any] = [None for _ in questions]
+
+        def on_call(row: int, event: CallEvent) -> str | None:
             if event.error or not event.calls:
-                errors.append(event.error or "no call")
+                errors[row].append(event.error or "no call")
                 return "Observation: Error: the action could not be read\nThought:"
             call = event.calls[0]
             if call.name == FINISH.name:
-                answer.append(call.arguments.get("answer"))
+                answers[row] = call.arguments.get("answer")
                 return None
             result = self.executor.run(call)
-            results.append(result)
+            results[row].append(result)
             if not result.ok:
-                errors.append(result.error or "")
+                errors[row].append(result.error or "")
             return f"Observation: {result.observation()}\nThought:"
 
-        gen = Decoder(self.lm.model, vocab).generate(
-            [self.lm.tokenizer.encode(self.prompt_builder(question, self.executor.tools))],
-            [ctrl],
+        gens = Decoder(self.lm.model, self.lm.vocab).generate(
+            [self.lm.tokenizer.encode(self.prompt_builder(q, self.executor.tools)) for q in questions],
+            controllers,
             self.params,
             max_new_tokens=self.max_new_tokens,
             jump_forward=self.jump_forward,
             on_call=on_call,
-        )[0]
-        final = answer[0] if answer else None
-        result = AgentResult(None if final is None else str(final), results, gen.text.strip(), errors=errors)
-        result.add_cost(gen)
-        return result
+            prefix=prefix,
+        )
+        out = []
+        for gen, final, calls, errs in zip(gens, answers, results, errors, strict=True):
+            result = AgentResult(None if final is None else str(final), calls, gen.text.strip(), errors=errs)
+            result.add_cost(gen)
+            out.append(result)
+        return out

@@ -8,6 +8,7 @@ returns to text mode. Without guidance the same prompt is decoded freely and cal
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tooldec.agents.answer import extract_answer
@@ -17,6 +18,7 @@ from tooldec.agents.result import AgentResult
 from tooldec.backends.loader import LoadedModel
 from tooldec.decoding import CallEvent, SamplingParams
 from tooldec.decoding.decoder import Decoder
+from tooldec.decoding.prefix import PromptPrefix
 from tooldec.grammar.calls import ToolkenCall
 
 CALL_END = re.compile(r"<([A-Za-z_][\w.\-]*)>\(([^()]*)\)=$")
@@ -63,42 +65,61 @@ class ToolkenAgent:
 
     def run(self, question: str, *, prompt: str | None = None) -> AgentResult:
         """Decode an answer to `question` (or to a ready `prompt`), running every call the model writes."""
-        text = prompt if prompt is not None else toolken_prompt(question, list(self.executor.tools.names))
-        vocab = self.lm.vocab
-        ctrl = inline_controller(
-            vocab,
-            self.executor.tools,
-            ToolkenCall(),
-            guided=self.guided,
-            trigger="<",
-            call_end=CALL_END,
-            max_calls=self.max_calls,
-            stop=STOPS,
-        )
-        results: list[ToolResult] = []
-        errors: list[str] = []
+        return self.run_many([question], prompts=None if prompt is None else [prompt])[0]
 
-        def on_call(_: int, event: CallEvent) -> str:
+    def run_many(
+        self,
+        questions: Sequence[str],
+        *,
+        prompts: Sequence[str] | None = None,
+        prefix: PromptPrefix | None = None,
+    ) -> list[AgentResult]:
+        """Answer several questions in one batch (one row each); `prefix` is their prompts' shared start."""
+        names = list(self.executor.tools.names)
+        texts = list(prompts) if prompts is not None else [toolken_prompt(q, names) for q in questions]
+        if len(texts) != len(questions):
+            raise ValueError(f"{len(questions)} questions but {len(texts)} prompts")
+        controllers = [
+            inline_controller(
+                self.lm.vocab,
+                self.executor.tools,
+                ToolkenCall(),
+                guided=self.guided,
+                trigger="<",
+                call_end=CALL_END,
+                max_calls=self.max_calls,
+                stop=STOPS,
+            )
+            for _ in texts
+        ]
+        results: list[list[ToolResult]] = [[] for _ in texts]
+        errors: list[list[str]] = [[] for _ in texts]
+
+        def on_call(row: int, event: CallEvent) -> str:
             if event.error or not event.calls:
-                errors.append(event.error or "no call")
+                errors[row].append(event.error or "no call")
                 return "?"
             result = self.executor.run(event.calls[0])
-            results.append(result)
+            results[row].append(result)
             if not result.ok:
-                errors.append(result.error or "")
+                errors[row].append(result.error or "")
             return format_value(result.result) if result.ok else "?"
 
-        gen = Decoder(self.lm.model, vocab).generate(
-            [self.lm.tokenizer.encode(text)],
-            [ctrl],
+        gens = Decoder(self.lm.model, self.lm.vocab).generate(
+            [self.lm.tokenizer.encode(text) for text in texts],
+            controllers,
             self.params,
             max_new_tokens=self.max_new_tokens,
             jump_forward=self.jump_forward,
             on_call=on_call,
-        )[0]
-        answer_text = gen.text
-        for stop in STOPS:
-            answer_text = answer_text.split(stop)[0]
-        result = AgentResult(extract_answer(answer_text), results, answer_text.strip(), errors=errors)
-        result.add_cost(gen)
-        return result
+            prefix=prefix,
+        )
+        out = []
+        for gen, calls, errs in zip(gens, results, errors, strict=True):
+            answer_text = gen.text
+            for stop in STOPS:
+                answer_text = answer_text.split(stop)[0]
+            result = AgentResult(extract_answer(answer_text), calls, answer_text.strip(), errors=errs)
+            result.add_cost(gen)
+            out.append(result)
+        return out

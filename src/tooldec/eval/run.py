@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tooldec.eval import report
-from tooldec.eval.runners import prepare
+from tooldec.eval.runners import Benchmark, EvalError, prepare
 
 
 def default_out(benchmark: str, model: str, decoding: str, tools: int | None, compressed: bool) -> Path:
@@ -31,9 +31,19 @@ def run_eval(
     resume: bool = False,
     compressed: Path | None = None,
     threads: int | None = None,
+    batch_size: int = 8,
+    replay: Path | None = None,
     console: Console | None = None,
 ) -> dict[str, Any]:
-    """Evaluate `model` on the first `limit` items of `benchmark` under `decoding`; returns the results document."""
+    """Evaluate `model` on the first `limit` items of `benchmark` under `decoding`; returns the results document.
+
+    Items are decoded `batch_size` at a time (one row each, greedy, so a batch gives each item the tokens it would
+    get alone) and results are saved after every batch. `replay` (fuzzy decoding of a one-shot benchmark only)
+    is a free run of the same configuration: its generations are scored again with fuzzy name matching instead
+    of being decoded again, since free and fuzzy decoding write the same text from the same prompt.
+    """
+    if batch_size < 1:
+        raise EvalError(f"batch size must be at least 1, not {batch_size}")
     from tooldec.backends import load_model
     from tooldec.eval.compress import load_compressed
 
@@ -50,6 +60,7 @@ def run_eval(
         "limit": limit,
         "seed": None,
         "temperature": 0.0,
+        "batch_size": batch_size,
     }
     short = load_compressed(compressed) if compressed else None
     lm = load_model(None if model == "smollm2" else model, threads=threads)
@@ -63,18 +74,47 @@ def run_eval(
     todo = report.pending(chosen, records)
     ids = {item.id for item in chosen}
     records = [r for r in records if r.get("id") in ids]
+    replays = _replay_records(replay, bench, config) if replay is not None else {}
     model_info = {"name": lm.name, "source": lm.source}
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as bar:
         task = bar.add_task(_status(bench.name, records), total=len(chosen), completed=len(records))
-        for item in todo:
-            records.append(bench.run(item))
+        rescore = bench.replay
+        if rescore is not None and replays:
+            for item in [item for item in todo if item.id in replays]:
+                records.append({**rescore(item, replays[item.id]), "replayed_from": "free"})
+                bar.update(task, advance=1, description=_status(bench.name, records))
+            todo = [item for item in todo if item.id not in replays]
+        for first in range(0, len(todo), batch_size):
+            batch = todo[first : first + batch_size]
+            records.extend(bench.run_batch(batch))
             report.write_results(out, config, records, bench.files, model=model_info, notes=bench.notes, partial=True)
-            bar.update(task, advance=1, description=_status(bench.name, records))
+            bar.update(task, advance=len(batch), description=_status(bench.name, records))
     notes = bench.notes + ([compression_note(records)] if compressed else [])
+    if replay is not None:
+        done = sum(r.get("replayed_from") == "free" for r in records)
+        notes.append(
+            f"{done} of {len(records)} fuzzy records score the free run's generations ({os.fspath(replay)}) "
+            "with fuzzy name matching; greedy decoding of the same prompt writes the same text in both modes."
+        )
     doc = report.write_results(out, config, records, bench.files, model=model_info, notes=notes)
     console.print(f"wrote {out / report.RESULTS_FILE}, {out / report.TABLE_FILE}, {out / report.MODES_PLOT}")
     return doc
+
+
+def _replay_records(path: Path, bench: Benchmark, config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The records of the free run in `path`, by item id; EvalError unless it matches this fuzzy run."""
+    if config["decoding"] != "fuzzy" or bench.replay is None:
+        raise EvalError("--replay scores a free run again with fuzzy matching: only for --decoding fuzzy on "
+                        "kamel and bfcl-* (one generation per item, no tool results fed back)")
+    doc = report.load_results(path / report.RESULTS_FILE if path.is_dir() else path)
+    earlier = doc.get("config", {})
+    wanted = {**{k: config.get(k) for k in report.RESUME_KEYS}, "decoding": "free"}
+    clashes = [k for k, v in wanted.items() if earlier.get(k) != v]
+    if clashes:
+        detail = ", ".join(f"{k}: {earlier.get(k)!r} != {wanted[k]!r}" for k in clashes)
+        raise EvalError(f"{os.fspath(path)!r} is not a free run of this configuration ({detail})")
+    return {r["id"]: r for r in doc.get("records", []) if "text" in r and "finish_reason" in r}
 
 
 def compression_note(records: list[dict[str, Any]]) -> str:

@@ -24,7 +24,8 @@ from tooldec.agents.toolken import ToolkenAgent
 from tooldec.backends.loader import LoadedModel
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController
-from tooldec.decoding.decoder import Decoder
+from tooldec.decoding.decoder import Decoder, Generation
+from tooldec.decoding.prefix import PromptPrefix
 from tooldec.errors import ToolDecError
 from tooldec.eval import data as datasets
 from tooldec.eval.bfcl import check_entry
@@ -72,14 +73,23 @@ class EvalError(ToolDecError, ValueError):
 
 @dataclass
 class Benchmark:
-    """A prepared benchmark: its items, data file hashes, report notes and the runner of one item."""
+    """A prepared benchmark: its items, data file hashes, report notes and the runner of a batch of items.
+
+    `run_batch(items)` decodes the items together (one row each) and returns one record per item, in order.
+    """
 
     name: str
     items: Sequence[Any]
     files: dict[str, str]
-    run: Callable[[Any], dict[str, Any]]
+    run_batch: Callable[[Sequence[Any]], list[dict[str, Any]]]
     notes: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    replay: Callable[[Any, Mapping[str, Any]], dict[str, Any]] | None = None
+    """For one-shot benchmarks: an item's record rebuilt from another mode's record of the same generation."""
+
+    def run(self, item: Any) -> dict[str, Any]:
+        """The record of one item, decoded alone."""
+        return self.run_batch([item])[0]
 
 
 class LenientHermes:
@@ -214,9 +224,27 @@ def _encode(lm: LoadedModel) -> Callable[[str], list[int]]:
     return lambda text: lm.tokenizer.encode(text, add_special_tokens=False)
 
 
-def _record(item_id: str, decoding: str, started: float, **fields: Any) -> dict[str, Any]:
-    """A record with the common fields."""
-    return {"id": item_id, "decoding": decoding, **fields, "seconds": round(time.perf_counter() - started, 3)}
+def _record(item_id: str, decoding: str, seconds: float, **fields: Any) -> dict[str, Any]:
+    """A record with the common fields; `seconds` is the item's share of its batch's wall time."""
+    return {"id": item_id, "decoding": decoding, **fields, "seconds": round(seconds, 3)}
+
+
+def _share(started: float, batch: Sequence[Any]) -> float:
+    """Wall seconds since `started`, divided among the batch's items."""
+    return (time.perf_counter() - started) / max(len(batch), 1)
+
+
+def replayed(record: Mapping[str, Any]) -> Generation:
+    """The generation a record describes (its text, finish reason and token counts), to score it again."""
+    forced = int(record.get("forced_tokens", 0))
+    return Generation(
+        [],
+        str(record["text"]),
+        [],
+        str(record["finish_reason"]),
+        sampled_tokens=int(record["generated_tokens"]) - forced,
+        forced_tokens=forced,
+    )
 
 
 def _check_decoding(decoding: str) -> None:
@@ -260,29 +288,38 @@ def _funcqa(benchmark: str, lm: LoadedModel, decoding: str, root: str | None) ->
     tool_line = data.template.splitlines()[0]
     per_tool = len(_encode(lm)(tool_line)) / len(tools)
 
-    def run(item: datasets.FuncQAItem) -> dict[str, Any]:
-        started = time.perf_counter()
-        result = agent.run(item.question, prompt=datasets.funcqa_prompt(data.template, item.question))
-        kind, calls = verdicts(
-            checker, toolken_attempts(result.text, result.tokens >= max_new), fuzzy=decoding == "fuzzy"
-        )
-        return _record(
-            item.id,
-            decoding,
-            started,
-            question=item.question,
-            prediction=parse_number(result.text),
-            gold=item.answer,
-            correct=funcqa_correct(result.text, item.answer),
-            syntax_error=kind,
-            calls=calls,
-            text=result.text,
-            tokens_per_tool=per_tool,
-            generated_tokens=result.tokens,
-            forced_tokens=result.forced_tokens,
-        )
+    prefix = PromptPrefix.build(lm.model, lm.tokenizer.encode(datasets.funcqa_prompt(data.template, "")))
 
-    return Benchmark(benchmark, data.items, data.files, run, config={"format": "toolken"})
+    def run_batch(batch: Sequence[datasets.FuncQAItem]) -> list[dict[str, Any]]:
+        started = time.perf_counter()
+        prompts = [datasets.funcqa_prompt(data.template, item.question) for item in batch]
+        results = agent.run_many([item.question for item in batch], prompts=prompts, prefix=prefix)
+        seconds = _share(started, batch)
+        records = []
+        for item, result in zip(batch, results, strict=True):
+            kind, calls = verdicts(
+                checker, toolken_attempts(result.text, result.tokens >= max_new), fuzzy=decoding == "fuzzy"
+            )
+            records.append(
+                _record(
+                    item.id,
+                    decoding,
+                    seconds,
+                    question=item.question,
+                    prediction=parse_number(result.text),
+                    gold=item.answer,
+                    correct=funcqa_correct(result.text, item.answer),
+                    syntax_error=kind,
+                    calls=calls,
+                    text=result.text,
+                    tokens_per_tool=per_tool,
+                    generated_tokens=result.tokens,
+                    forced_tokens=result.forced_tokens,
+                )
+            )
+        return records
+
+    return Benchmark(benchmark, data.items, data.files, run_batch, config={"format": "toolken"})
 
 
 KAMEL_DEMOS = (
@@ -318,16 +355,23 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
     decoder = Decoder(lm.model, lm.vocab)
     max_new = 48
 
-    def run(item: datasets.KamelItem) -> dict[str, Any]:
+    encode = _encode(lm)
+    prefix = PromptPrefix.build(lm.model, encode(kamel_prompt("", names)))
+
+    def run_batch(batch: Sequence[datasets.KamelItem]) -> list[dict[str, Any]]:
         started = time.perf_counter()
-        ctrl: CallController | FreeController
-        if grammar is not None:
-            ctrl = CallController(grammar, trigger="<", tool_choice="required", after_call="stop", max_calls=1)
-        else:
-            ctrl = FreeController(lm.vocab, TOOLKEN_CALL, fmt.parse, after_call="stop", max_calls=1, stop=("\n",))
-        gen = decoder.generate(
-            [_encode(lm)(kamel_prompt(item.question, names))], [ctrl], max_new_tokens=max_new
-        )[0]
+        controllers: list[CallController | FreeController] = [
+            CallController(grammar, trigger="<", tool_choice="required", after_call="stop", max_calls=1)
+            if grammar is not None
+            else FreeController(lm.vocab, TOOLKEN_CALL, fmt.parse, after_call="stop", max_calls=1, stop=("\n",))
+            for _ in batch
+        ]
+        prompts = [encode(kamel_prompt(item.question, names)) for item in batch]
+        gens = decoder.generate(prompts, controllers, max_new_tokens=max_new, prefix=prefix)
+        seconds = _share(started, batch)
+        return [_kamel_record(item, gen, seconds) for item, gen in zip(batch, gens, strict=True)]
+
+    def _kamel_record(item: datasets.KamelItem, gen: Generation, seconds: float) -> dict[str, Any]:
         line = gen.text.strip().split("\n")[0]
         line = line[: line.index(")=") + 2] if ")=" in line else line
         attempt = Attempt(line, gen.finish_reason == "stop" or ")=" in line)
@@ -337,7 +381,7 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
         return _record(
             item.id,
             decoding,
-            started,
+            seconds,
             question=item.question,
             prediction=relation,
             predicted_tool=name,
@@ -345,13 +389,20 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
             correct=relation == item.relation,
             syntax_error=check.kind if check.kind != "truncated" else None,
             calls=[{"text": line, "kind": check.kind, "message": check.message[:200]}],
+            text=gen.text,
+            finish_reason=gen.finish_reason,
             tokens_per_tool=per_tool,
             generated_tokens=gen.sampled_tokens + gen.forced_tokens,
             forced_tokens=gen.forced_tokens,
         )
 
     return Benchmark(
-        "kamel", data.items, {**data.files, **rel_files}, run, config={"tools": k, "format": "toolken"}
+        "kamel",
+        data.items,
+        {**data.files, **rel_files},
+        run_batch,
+        config={"tools": k, "format": "toolken"},
+        replay=lambda item, record: _kamel_record(item, replayed(record), float(record["seconds"])),
     )
 
 
@@ -398,35 +449,43 @@ def _restbench(
     per_tool = len(encode(shown)) / len(tools)
     per_tool_full = len(encode(full_text)) / len(tools)
 
-    def run(item: datasets.RestBenchItem) -> dict[str, Any]:
+    prefix = PromptPrefix.build(lm.model, lm.tokenizer.encode(builder("", tools)))
+
+    def run_batch(batch: Sequence[datasets.RestBenchItem]) -> list[dict[str, Any]]:
         started = time.perf_counter()
-        result = agent.run(item.query)
-        path = [sim.operations[c.name].step for c in result.calls if c.ok and c.name in sim.operations]
-        kind, calls = verdicts(
-            checker, react_attempts(result.text, result.tokens >= max_new), fuzzy=decoding == "fuzzy"
-        )
-        return _record(
-            item.id,
-            decoding,
-            started,
-            question=item.query,
-            prediction=path,
-            gold=list(item.solution),
-            correct=correct_path(path, item.solution),
-            syntax_error=kind,
-            calls=calls,
-            answer=result.answer,
-            tokens_per_tool=per_tool,
-            tokens_per_tool_uncompressed=per_tool_full,
-            generated_tokens=result.tokens,
-            forced_tokens=result.forced_tokens,
-        )
+        results = agent.run_many([item.query for item in batch], prefix=prefix)
+        seconds = _share(started, batch)
+        records = []
+        for item, result in zip(batch, results, strict=True):
+            path = [sim.operations[c.name].step for c in result.calls if c.ok and c.name in sim.operations]
+            kind, calls = verdicts(
+                checker, react_attempts(result.text, result.tokens >= max_new), fuzzy=decoding == "fuzzy"
+            )
+            records.append(
+                _record(
+                    item.id,
+                    decoding,
+                    seconds,
+                    question=item.query,
+                    prediction=path,
+                    gold=list(item.solution),
+                    correct=correct_path(path, item.solution),
+                    syntax_error=kind,
+                    calls=calls,
+                    answer=result.answer,
+                    tokens_per_tool=per_tool,
+                    tokens_per_tool_uncompressed=per_tool_full,
+                    generated_tokens=result.tokens,
+                    forced_tokens=result.forced_tokens,
+                )
+            )
+        return records
 
     return Benchmark(
         benchmark,
         data.items,
         data.files,
-        run,
+        run_batch,
         notes=[SIMULATED_NOTE],
         config={"format": "react", "tokens_per_tool_uncompressed": per_tool_full},
     )
@@ -490,24 +549,31 @@ def _bfcl(
     fuzzy = decoding == "fuzzy"
     max_new = 256 if parallel else 160
 
-    def run(item: datasets.BfclItem) -> dict[str, Any]:
-        started = time.perf_counter()
+    def start(item: datasets.BfclItem) -> tuple[list[int], CallController | FreeController]:
         specs = from_openai_tools(item.functions)
         tool_text, openai_tools = _bfcl_tools(specs, compressed)
-        full_text, _ = _bfcl_tools(specs, None)
         messages = bfcl_messages(item.question[0], specs, tool_text, uses_tools)
         prompt = lm.encode_chat(messages, tools=openai_tools if uses_tools else None)
-        ctrl: CallController | FreeController
         if decoding == "tooldec":
-            ctrl = CallController(
-                compiler.compile(specs, "hermes"), trigger=TOOL_CALL_OPEN, after_call="text", max_calls=max_calls
-            )
-            parse = None
-        else:
-            ctrl = FreeController(lm.vocab, HERMES_CALL, LenientHermes().parse, after_call="text", max_calls=max_calls)
-            parse = LenientHermes().parse
+            grammar = compiler.compile(specs, "hermes")
+            return prompt, CallController(grammar, trigger=TOOL_CALL_OPEN, after_call="text", max_calls=max_calls)
+        return prompt, FreeController(
+            lm.vocab, HERMES_CALL, LenientHermes().parse, after_call="text", max_calls=max_calls
+        )
+
+    def run_batch(batch: Sequence[datasets.BfclItem]) -> list[dict[str, Any]]:
+        started = time.perf_counter()
+        prompts, controllers = zip(*(start(item) for item in batch), strict=True)
+        gens = decoder.generate(list(prompts), list(controllers), max_new_tokens=max_new)
+        seconds = _share(started, batch)
+        return [score(item, gen, seconds) for item, gen in zip(batch, gens, strict=True)]
+
+    def score(item: datasets.BfclItem, gen: Generation, seconds: float) -> dict[str, Any]:
+        specs = from_openai_tools(item.functions)
+        tool_text, _ = _bfcl_tools(specs, compressed)
+        full_text, _ = _bfcl_tools(specs, None)
+        parse = None if decoding == "tooldec" else LenientHermes().parse
         checker = SyntaxChecker(specs, "hermes")
-        gen = decoder.generate([prompt], [ctrl], max_new_tokens=max_new)[0]
         attempts = hermes_attempts(gen.text, gen.finish_reason == "length")
         kind, calls = verdicts(checker, attempts, fuzzy=fuzzy, parse=parse)
         made = []
@@ -524,11 +590,10 @@ def _bfcl(
             correct, why = verdict.valid, verdict.error_type
         except (ValueError, TypeError) as exc:
             correct, why = False, f"unmatchable: {exc}"
-        per_tool = len(encode(tool_text)) / len(specs)
         return _record(
             item.id,
             decoding,
-            started,
+            seconds,
             prediction=[{c.name: c.arguments} for c in made],
             gold=item.possible_answer,
             correct=correct,
@@ -536,7 +601,8 @@ def _bfcl(
             syntax_error=kind,
             calls=calls,
             text=gen.text,
-            tokens_per_tool=per_tool,
+            finish_reason=gen.finish_reason,
+            tokens_per_tool=len(encode(tool_text)) / len(specs),
             tokens_per_tool_uncompressed=len(encode(full_text)) / len(specs),
             generated_tokens=gen.sampled_tokens + gen.forced_tokens,
             forced_tokens=gen.forced_tokens,
@@ -545,4 +611,12 @@ def _bfcl(
     notes = [] if uses_tools else [
         f"{lm.name}'s chat template ignores tools: a system message lists them and the <tool_call> format."
     ]
-    return Benchmark(benchmark, data.items, data.files, run, notes=notes, config={"format": "hermes"})
+    return Benchmark(
+        benchmark,
+        data.items,
+        data.files,
+        run_batch,
+        notes=notes,
+        config={"format": "hermes"},
+        replay=lambda item, record: score(item, replayed(record), float(record["seconds"])),
+    )
