@@ -16,7 +16,9 @@ from tooldec.eval.report import (
     ResumeError,
     load_results,
     markdown_table,
+    modes_plot_name,
     pending,
+    plot_modes,
     resume_records,
     summarize,
     write_comparison,
@@ -100,6 +102,36 @@ def test_comparison_over_runs_with_kamel_plot(tmp_path: Path) -> None:
     assert [(r["decoding"], r["tools"]) for r in rows[:2]] == [("free", 30), ("fuzzy", 30)]
     assert (tmp_path / "all" / KAMEL_PLOT).read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "all" / TABLE_FILE).read_text().count("| kamel |") == 6
+
+
+def test_comparison_over_models_plots_each_and_labels_every_mode(tmp_path: Path) -> None:
+    """A mode whose first benchmark is missing still gets its legend entry; each model gets its own plot."""
+    paths = []
+    runs = [("kamel", "a", "tooldec"), ("funcqa-oh", "a", "free"), ("funcqa-oh", "org/b", "tooldec")]
+    for bench, model, mode in runs:
+        out = tmp_path / f"{bench}-{model.replace('/', '_')}-{mode}"
+        write_results(out, {"benchmark": bench, "model": model, "decoding": mode}, _records(3, 1), {})
+        paths.append(out / RESULTS_FILE)
+    rows = write_comparison(paths, tmp_path / "all")
+    assert {r["model"] for r in rows} == {"a", "org/b"}
+    for model in ("a", "org/b"):
+        assert (tmp_path / "all" / modes_plot_name(model)).read_bytes()[:4] == b"\x89PNG"
+    assert modes_plot_name("org/b") == "accuracy_errors-b.png"
+    import matplotlib.pyplot as plt
+
+    captured = []
+    original = plt.Figure.savefig
+
+    def spy(fig, *args, **kwargs):  # type: ignore[no-untyped-def]
+        captured.append([t.get_text() for t in fig.axes[0].get_legend().get_texts()])
+        return original(fig, *args, **kwargs)
+
+    plt.Figure.savefig = spy  # type: ignore[method-assign]
+    try:
+        plot_modes([r for r in rows if r["model"] == "a"], tmp_path / "a.png")
+    finally:
+        plt.Figure.savefig = original  # type: ignore[method-assign]
+    assert sorted(captured[0]) == ["free", "tooldec"]
 
 
 def test_markdown_table_of_no_rows() -> None:

@@ -253,6 +253,21 @@ def eval_command(
         _fail(str(exc))
 
 
+@app.command("eval-report")
+def eval_report_command(
+    runs: list[Path] = typer.Argument(..., help="Run folders (or their results.json) of `tooldec eval`."),
+    out: Path = typer.Option(..., "--out", help="Folder for the table (results.md) and the plots."),
+) -> None:
+    """One table and plots over several eval runs: decoding modes side by side, KAMEL accuracy vs tools."""
+    from tooldec.eval.report import RESULTS_FILE, write_comparison
+
+    try:
+        rows = write_comparison([r / RESULTS_FILE if r.is_dir() else r for r in runs], out)
+    except (ToolDecError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    err.print(f"{len(rows)} rows from {len(runs)} runs: wrote {out / 'results.md'} and plots")
+
+
 @app.command("compress-tools")
 def compress_tools_command(
     tools_file: Path = typer.Argument(..., help="OpenAI/MCP tool list, a BFCL entry or an OpenAPI document."),

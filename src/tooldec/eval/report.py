@@ -198,11 +198,22 @@ def write_comparison(
     out.mkdir(parents=True, exist_ok=True)
     notes = list(dict.fromkeys(note for doc in docs for note in doc.get("notes", [])))
     (out / TABLE_FILE).write_text(markdown_table(rows, notes=notes), encoding="utf-8")
-    plot_modes(rows, out / MODES_PLOT)
+    models = list(dict.fromkeys(str(row["model"]) for row in rows))
+    if len(models) > 1:
+        for model in models:
+            plot_modes([row for row in rows if row["model"] == model], out / modes_plot_name(model))
+    else:
+        plot_modes(rows, out / MODES_PLOT)
     kamel = [row for row in rows if str(row.get("benchmark", "")).startswith("kamel") and row.get("tools")]
     if len({row["tools"] for row in kamel}) > 1:
         plot_kamel(kamel, out / KAMEL_PLOT)
     return rows
+
+
+def modes_plot_name(model: str) -> str:
+    """The accuracy/error plot's file name for one model of a comparison over several models."""
+    stem = "".join(c if c.isalnum() or c in "-._" else "-" for c in Path(model).name)
+    return MODES_PLOT.replace(".png", f"-{stem}.png")
 
 
 def plot_modes(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) -> None:
@@ -213,13 +224,16 @@ def plot_modes(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) 
     width = 0.8 / max(len(modes), 1)
     fig, (left, right) = plt.subplots(1, 2, figsize=(max(8, 2.5 * len(labels) + 4), 4), squeeze=True)
     hatches = {"format": "", "name": "//", "argument": ".."}
+    labelled: set[str] = set()
     for m, mode in enumerate(modes):
         for b, label in enumerate(labels):
             row = next((r for r in rows if _label(r) == label and str(r.get("decoding")) == mode), None)
             if row is None:
                 continue
             x = b + (m - (len(modes) - 1) / 2) * width
-            left.bar(x, 100 * row.get("accuracy", 0.0), width, color=f"C{m}", label=mode if b == 0 else None)
+            label = None if mode in labelled else mode
+            labelled.add(mode)
+            left.bar(x, 100 * row.get("accuracy", 0.0), width, color=f"C{m}", label=label)
             bottom = 0.0
             for kind in SYNTAX_ERROR_KINDS:
                 value = 100 * row.get("syntax_errors", {}).get(kind, 0.0)
