@@ -126,6 +126,14 @@ def test_prefix_that_covers_a_whole_prompt_leaves_it_one_token(vocab, model) -> 
         PromptPrefix.build(model, [])
 
 
+def test_free_controller_forces_its_start_once(vocab, model) -> None:  # type: ignore[no-untyped-def]
+    start = vocab.encode("<tool_call>")
+    ctrl = FreeController(vocab, None, start=start)
+    gen = Decoder(model, vocab).generate([vocab.encode("q")], [ctrl], max_new_tokens=len(start) + 8)[0]
+    assert gen.tokens[: len(start)] == start and gen.text.startswith("<tool_call>")
+    assert gen.forced_tokens == len(start) and gen.sampled_tokens == 8
+
+
 def test_jump_forward_saves_passes_and_keeps_calls_valid(vocab, model) -> None:  # type: ignore[no-untyped-def]
     grammar = Compiler(vocab).compile(ToolSet([WEATHER]), "react")  # bounded values: greedy decoding ends
     decoder = Decoder(model, vocab)

@@ -15,6 +15,7 @@ from tooldec.backends.loader import LoadedModel
 from tooldec.eval.compress import cache_key, clean_description, compress_tools
 from tooldec.eval.metrics import SyntaxChecker
 from tooldec.eval.runners import (
+    TOOL_CALL_OPEN,
     Attempt,
     EvalError,
     LenientHermes,
@@ -344,3 +345,28 @@ def test_fuzzy_replay_of_a_free_run_equals_decoding_it_again(
     assert wrong.exit_code != 0 and "--replay" in wrong.output
     mismatch = CliRunner().invoke(app, [*base, "--decoding", "fuzzy", "--replay", str(tmp_path / "decoded")])
     assert mismatch.exit_code != 0 and "not a free run" in mismatch.output
+
+
+@pytest.mark.parametrize("decoding", ["tooldec", "free"])
+def test_required_tool_choice_starts_every_bfcl_answer_with_the_call_tag(
+    tiny_lm: LoadedModel, shared: Path, decoding: str
+) -> None:
+    """Both modes get the same forced `<tool_call>` (here a control token); the record is scored as usual."""
+    bench = prepare("bfcl-simple", tiny_lm, decoding, root=str(shared), tool_choice="required")
+    auto = prepare("bfcl-simple", tiny_lm, decoding, root=str(shared))
+    assert bench.config["tool_choice"] == "required"
+    for record, unforced in zip(bench.run_batch(bench.items), auto.run_batch(auto.items), strict=True):
+        assert record["forced_tokens"] >= 1
+        if decoding == "free":
+            assert unforced["forced_tokens"] == 0
+        else:
+            assert record["text"].startswith(TOOL_CALL_OPEN), record["text"][:40]
+            assert record["syntax_error"] is None and record["calls"]
+
+
+def test_required_tool_choice_is_refused_where_it_does_not_apply(tiny_lm: LoadedModel, shared: Path) -> None:
+    for name in ("kamel", "funcqa-oh", "bfcl-irrelevance"):
+        with pytest.raises(EvalError, match="tool-choice required"):
+            prepare(name, tiny_lm, "tooldec", root=str(shared), tool_choice="required")
+    with pytest.raises(EvalError, match="auto or required"):
+        prepare("bfcl-simple", tiny_lm, "tooldec", root=str(shared), tool_choice="any")

@@ -241,6 +241,7 @@ def eval_command(
     threads: int | None = typer.Option(None, "--threads", help="torch CPU threads."),
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Items decoded together, one row each."),
     replay: Path | None = typer.Option(None, "--replay", help="Fuzzy only: score this free run's generations."),
+    tool_choice: str = typer.Option("auto", "--tool-choice", help="BFCL: auto, or required (start with the call tag)."),
 ) -> None:
     """Evaluate a model on a benchmark with ToolDec, free or fuzzy decoding; write results, table and plots."""
     from tooldec.eval.run import run_eval
@@ -248,7 +249,7 @@ def eval_command(
     try:
         run_eval(benchmark, model=model, decoding=decoding, limit=limit, tools=tools, out=out, shared=shared,
                  resume=resume, compressed=compressed, threads=threads, batch_size=batch_size, replay=replay,
-                 console=err)
+                 tool_choice=tool_choice, console=err)
     except (ToolDecError, OSError) as exc:
         _fail(str(exc))
 

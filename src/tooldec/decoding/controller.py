@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -114,13 +114,11 @@ class CallController:
         trig = self.trigger
         if trig is None:
             return
-        if trig.token_id is not None:
-            self._pending_trigger = [trig.token_id] if forced else []
-            return
-        for token in self.vocab.encode(trig.text):
-            self._guide.advance(token)
+        if trig.token_id is None:
+            for token in trig.tokens():
+                self._guide.advance(token)
         if forced:
-            self._pending_trigger = self.vocab.encode(trig.text)
+            self._pending_trigger = trig.tokens()
 
     def allowed(self) -> np.ndarray | None:
         """Boolean mask over the vocabulary of the tokens allowed next (None: every token)."""
@@ -249,9 +247,10 @@ class FreeController:
         after_call: Literal["stop", "text"] = "text",
         max_calls: int = 16,
         stop: tuple[str, ...] = (),
+        start: Sequence[int] = (),
     ) -> None:
         """Watch for calls matching `call_end` (None: the caller reads calls afterwards); stop on EOS, a stop
-        text or `max_calls` calls."""
+        text or `max_calls` calls. `start` is forced before free decoding begins (a required call's trigger)."""
         self.vocab = vocab
         self.call_end = call_end
         self.parse = parse
@@ -262,6 +261,7 @@ class FreeController:
         self.tokens: list[int] = []
         self.mode = Mode.TEXT
         self._since = b""
+        self._start = list(start)
 
     @property
     def done(self) -> bool:
@@ -273,8 +273,9 @@ class FreeController:
         return None
 
     def forced(self) -> list[int]:
-        """Nothing is forced."""
-        return []
+        """The `start` tokens, once; nothing after them is forced."""
+        start, self._start = self._start, []
+        return start
 
     def feed(self, token_id: int) -> CallEvent | None:
         """Take the next token; report a call when the text now ends with one."""

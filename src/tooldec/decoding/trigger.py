@@ -47,6 +47,10 @@ class Trigger:
             else:
                 self.text = trigger.encode()
 
+    def tokens(self) -> list[int]:
+        """The tokens that write the trigger when it is forced: its control token, or its text's tokens."""
+        return [self.token_id] if self.token_id is not None else self.vocab.encode(self.text)
+
     @property
     def length(self) -> int:
         """Bytes of text to keep as the tail when watching for the trigger."""

@@ -25,7 +25,7 @@ RESULTS_FILE = "results.json"
 TABLE_FILE = "results.md"
 MODES_PLOT = "accuracy_errors.png"
 KAMEL_PLOT = "kamel_tools.png"
-RESUME_KEYS = ("benchmark", "model", "decoding", "tools", "format", "compressed", "seed")
+RESUME_KEYS = ("benchmark", "model", "decoding", "tools", "format", "compressed", "seed", "tool_choice")
 """Config entries that must agree for a partial run to be resumed (`limit` may grow)."""
 
 

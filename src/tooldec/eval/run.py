@@ -13,10 +13,13 @@ from tooldec.eval import report
 from tooldec.eval.runners import Benchmark, EvalError, prepare
 
 
-def default_out(benchmark: str, model: str, decoding: str, tools: int | None, compressed: bool) -> Path:
-    """`runs/<benchmark>[-K]-<model>-<decoding>[-compressed]`."""
+def default_out(
+    benchmark: str, model: str, decoding: str, tools: int | None, compressed: bool, tool_choice: str = "auto"
+) -> Path:
+    """`runs/<benchmark>[-K]-<model>-<decoding>[-compressed][-required]`."""
     name = benchmark + (f"-{tools}" if tools else "") + f"-{Path(model).name}-{decoding}"
-    return Path("runs") / (name + ("-compressed" if compressed else ""))
+    name += ("-compressed" if compressed else "") + ("-required" if tool_choice == "required" else "")
+    return Path("runs") / name
 
 
 def run_eval(
@@ -33,6 +36,7 @@ def run_eval(
     threads: int | None = None,
     batch_size: int = 8,
     replay: Path | None = None,
+    tool_choice: str = "auto",
     console: Console | None = None,
 ) -> dict[str, Any]:
     """Evaluate `model` on the first `limit` items of `benchmark` under `decoding`; returns the results document.
@@ -50,7 +54,7 @@ def run_eval(
     console = console or Console(stderr=True)
     if benchmark == "kamel" and tools is None:
         tools = 30
-    out = out or default_out(benchmark, model, decoding, tools, compressed is not None)
+    out = out or default_out(benchmark, model, decoding, tools, compressed is not None, tool_choice)
     config: dict[str, Any] = {
         "benchmark": benchmark,
         "model": model,
@@ -65,7 +69,13 @@ def run_eval(
     short = load_compressed(compressed) if compressed else None
     lm = load_model(None if model == "smollm2" else model, threads=threads)
     bench = prepare(
-        benchmark, lm, decoding, root=os.fspath(shared) if shared else None, tools=tools, compressed=short
+        benchmark,
+        lm,
+        decoding,
+        root=os.fspath(shared) if shared else None,
+        tools=tools,
+        compressed=short,
+        tool_choice=tool_choice,
     )
     config.update({k: v for k, v in bench.config.items() if k not in config or config[k] is None})
     config["shared"] = os.fspath(shared) if shared else os.environ.get("TOOLDEC_SHARED", "../shared")

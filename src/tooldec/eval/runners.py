@@ -23,7 +23,7 @@ from tooldec.agents.react import FINISH, ReactAgent, describe_tools, react_promp
 from tooldec.agents.toolken import ToolkenAgent
 from tooldec.backends.loader import LoadedModel
 from tooldec.compiler import Compiler
-from tooldec.decoding import CallController, FreeController
+from tooldec.decoding import CallController, FreeController, Trigger
 from tooldec.decoding.decoder import Decoder, Generation
 from tooldec.decoding.prefix import PromptPrefix
 from tooldec.errors import ToolDecError
@@ -261,9 +261,18 @@ def prepare(
     root: str | None = None,
     tools: int | None = None,
     compressed: Mapping[str, str] | None = None,
+    tool_choice: str = "auto",
 ) -> Benchmark:
-    """Load `benchmark`'s data and build its item runner for `lm` under `decoding`."""
+    """Load `benchmark`'s data and build its item runner for `lm` under `decoding`.
+
+    `tool_choice="required"` (BFCL's call categories only) starts every answer with the `<tool_call>` tag in
+    every decoding mode, as a serving stack does for a required call; "auto" leaves the choice to the model.
+    """
     _check_decoding(decoding)
+    if tool_choice not in ("auto", "required"):
+        raise EvalError(f"tool_choice must be auto or required, not {tool_choice!r}")
+    if tool_choice == "required" and (not benchmark.startswith("bfcl-") or benchmark == "bfcl-irrelevance"):
+        raise EvalError(f"--tool-choice required applies to BFCL's call categories, not {benchmark!r}")
     if benchmark in ("funcqa-oh", "funcqa-mh"):
         return _funcqa(benchmark, lm, decoding, root)
     if benchmark == "kamel":
@@ -271,7 +280,7 @@ def prepare(
     if benchmark in ("restbench-tmdb", "restbench-spotify"):
         return _restbench(benchmark, lm, decoding, root, compressed)
     if benchmark.startswith("bfcl-") and benchmark in BENCHMARKS:
-        return _bfcl(benchmark, lm, decoding, root, compressed)
+        return _bfcl(benchmark, lm, decoding, root, compressed, tool_choice)
     raise EvalError(f"unknown benchmark {benchmark!r}; known: {', '.join(BENCHMARKS)}")
 
 
@@ -536,7 +545,12 @@ def _bfcl_tools(specs: Sequence[ToolSpec], short: Mapping[str, str] | None) -> t
 
 
 def _bfcl(
-    benchmark: str, lm: LoadedModel, decoding: str, root: str | None, compressed: Mapping[str, str] | None
+    benchmark: str,
+    lm: LoadedModel,
+    decoding: str,
+    root: str | None,
+    compressed: Mapping[str, str] | None,
+    tool_choice: str,
 ) -> Benchmark:
     """BFCL: the chat template with the tools, Hermes `<tool_call>` blocks, BFCL's AST matching."""
     data = datasets.load_bfcl(benchmark, root)
@@ -548,6 +562,8 @@ def _bfcl(
     encode = _encode(lm)
     fuzzy = decoding == "fuzzy"
     max_new = 256 if parallel else 160
+    choice: Literal["auto", "required"] = "required" if tool_choice == "required" else "auto"
+    start_tokens = Trigger.of(lm.vocab, TOOL_CALL_OPEN).tokens() if tool_choice == "required" else []
 
     def start(item: datasets.BfclItem) -> tuple[list[int], CallController | FreeController]:
         specs = from_openai_tools(item.functions)
@@ -556,9 +572,11 @@ def _bfcl(
         prompt = lm.encode_chat(messages, tools=openai_tools if uses_tools else None)
         if decoding == "tooldec":
             grammar = compiler.compile(specs, "hermes")
-            return prompt, CallController(grammar, trigger=TOOL_CALL_OPEN, after_call="text", max_calls=max_calls)
+            return prompt, CallController(
+                grammar, trigger=TOOL_CALL_OPEN, tool_choice=choice, after_call="text", max_calls=max_calls
+            )
         return prompt, FreeController(
-            lm.vocab, HERMES_CALL, LenientHermes().parse, after_call="text", max_calls=max_calls
+            lm.vocab, HERMES_CALL, LenientHermes().parse, after_call="text", max_calls=max_calls, start=start_tokens
         )
 
     def run_batch(batch: Sequence[datasets.BfclItem]) -> list[dict[str, Any]]:
@@ -617,6 +635,6 @@ def _bfcl(
         data.files,
         run_batch,
         notes=notes,
-        config={"format": "hermes"},
+        config={"format": "hermes", "tool_choice": tool_choice},
         replay=lambda item, record: score(item, replayed(record), float(record["seconds"])),
     )
