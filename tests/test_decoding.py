@@ -19,6 +19,7 @@ from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController, SamplingParams, Trigger
 from tooldec.decoding.decoder import Decoder
 from tooldec.decoding.jump_forward import ForcedText, complete_utf8
+from tooldec.decoding.kv_cache import GrowingCache
 from tooldec.decoding.logits_processor import ToolDecLogitsProcessor
 from tooldec.decoding.prefix import PromptPrefix
 from tooldec.decoding.sampling import sample_token
@@ -111,6 +112,23 @@ def test_shared_prefix_cache_gives_the_same_tokens(vocab, model) -> None:  # typ
     assert [g.prefix_tokens for g in cached] == [len(head)] * 3
     assert [g.tokens for g in cached] == [g.tokens for g in plain]
     assert [g.forward_passes for g in cached] == [g.forward_passes for g in plain]
+
+
+def test_growing_cache_holds_what_concatenation_would() -> None:
+    gen = torch.Generator().manual_seed(0)
+    start = torch.randn(1, 2, 5, 4, generator=gen).expand(3, -1, -1, -1)
+    cache = GrowingCache([(start, start + 1)])
+    keys, values = [start], [start + 1]
+    for width in (1, 1, 70, 2, 130, 1):
+        k, v = torch.randn(3, 2, width, 4, generator=gen), torch.randn(3, 2, width, 4, generator=gen)
+        got_k, got_v = cache.update(k, v, 0)
+        keys.append(k)
+        values.append(v)
+        assert torch.equal(got_k, torch.cat(keys, dim=2)) and torch.equal(got_v, torch.cat(values, dim=2))
+    assert cache.get_seq_length() == 5 + 205
+    empty = GrowingCache()
+    assert empty.get_seq_length() == 0
+    assert torch.equal(empty.update(start, start, 0)[0], start)
 
 
 def test_prefix_that_covers_a_whole_prompt_leaves_it_one_token(vocab, model) -> None:  # type: ignore[no-untyped-def]

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from tooldec.decoding.controller import CallController, CallEvent, FreeController
+from tooldec.decoding.kv_cache import GrowingCache
 from tooldec.decoding.prefix import PromptPrefix
 from tooldec.decoding.sampling import SamplingParams, sample_token
 from tooldec.vocab import Vocabulary
@@ -81,8 +82,8 @@ class Decoder:
         live = [not c.done for c in controllers]
         generator = params.generator()
         mask_cols: list[torch.Tensor] = []
-        cache = None
         reused = prefix.shared(prompts) if prefix is not None else 0
+        cache = GrowingCache()
         if prefix is not None and reused:
             cache = prefix.cache(n, reused)
             mask_cols.append(torch.ones((n, reused), dtype=torch.long))

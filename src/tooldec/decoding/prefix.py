@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+
+from tooldec.decoding.kv_cache import GrowingCache
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,10 @@ class PromptPrefix:
             length = same
         return max(length, 0)
 
-    def cache(self, batch: int, length: int) -> DynamicCache:
+    def cache(self, batch: int, length: int) -> GrowingCache:
         """A fresh cache holding the first `length` prefix positions for each of `batch` rows."""
-        return DynamicCache(
-            ddp_cache_data=[
+        return GrowingCache(
+            [
                 (k[:, :, :length].expand(batch, -1, -1, -1), v[:, :, :length].expand(batch, -1, -1, -1))
                 for k, v in self.layers
             ]
