@@ -381,6 +381,7 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
         return [_kamel_record(item, gen, seconds) for item, gen in zip(batch, gens, strict=True)]
 
     def _kamel_record(item: datasets.KamelItem, gen: Generation, seconds: float) -> dict[str, Any]:
+        """Score one generation: the relation of the first call on the answer line."""
         line = gen.text.strip().split("\n")[0]
         line = line[: line.index(")=") + 2] if ")=" in line else line
         attempt = Attempt(line, gen.finish_reason == "stop" or ")=" in line)
@@ -566,6 +567,7 @@ def _bfcl(
     start_tokens = Trigger.of(lm.vocab, TOOL_CALL_OPEN).tokens() if tool_choice == "required" else []
 
     def start(item: datasets.BfclItem) -> tuple[list[int], CallController | FreeController]:
+        """The entry's prompt (chat template with its functions) and the controller that decodes it."""
         specs = from_openai_tools(item.functions)
         tool_text, openai_tools = _bfcl_tools(specs, compressed)
         messages = bfcl_messages(item.question[0], specs, tool_text, uses_tools)
@@ -587,6 +589,7 @@ def _bfcl(
         return [score(item, gen, seconds) for item, gen in zip(batch, gens, strict=True)]
 
     def score(item: datasets.BfclItem, gen: Generation, seconds: float) -> dict[str, Any]:
+        """Read the calls in one generation and match them against the entry's possible answers."""
         specs = from_openai_tools(item.functions)
         tool_text, _ = _bfcl_tools(specs, compressed)
         full_text, _ = _bfcl_tools(specs, None)
