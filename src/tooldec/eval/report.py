@@ -233,7 +233,8 @@ def plot_modes(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) 
             x = b + (m - (len(modes) - 1) / 2) * width
             label = None if mode in labelled else mode
             labelled.add(mode)
-            left.bar(x, 100 * row.get("accuracy", 0.0), width, color=f"C{m}", label=label)
+            bars = left.bar(x, 100 * row.get("accuracy", 0.0), width, color=f"C{m}", label=label)
+            left.bar_label(bars, fmt="%.0f", fontsize=6)
             bottom = 0.0
             for kind in SYNTAX_ERROR_KINDS:
                 value = 100 * row.get("syntax_errors", {}).get(kind, 0.0)
