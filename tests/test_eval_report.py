@@ -19,6 +19,7 @@ from tooldec.eval.report import (
     modes_plot_name,
     pending,
     plot_modes,
+    result_rows,
     resume_records,
     summarize,
     write_comparison,
@@ -132,6 +133,18 @@ def test_comparison_over_models_plots_each_and_labels_every_mode(tmp_path: Path)
     finally:
         plt.Figure.savefig = original  # type: ignore[method-assign]
     assert sorted(captured[0]) == ["free", "tooldec"]
+
+
+def test_rows_mark_forced_calls_and_compressed_descriptions() -> None:
+    docs = [
+        {"config": {"benchmark": "bfcl-simple", "model": "m", "decoding": "free"}, "summary": {"free": {}}},
+        {"config": {"benchmark": "bfcl-simple", "model": "m", "decoding": "free", "tool_choice": "required"},
+         "summary": {"free": {}}},
+        {"config": {"benchmark": "restbench-tmdb", "model": "m", "decoding": "free", "compressed": "short.json"},
+         "summary": {"free": {}}},
+    ]
+    names = [row["benchmark"] for row in result_rows(docs)]
+    assert names == ["bfcl-simple", "bfcl-simple (required)", "restbench-tmdb (compressed)"]
 
 
 def test_markdown_table_of_no_rows() -> None:

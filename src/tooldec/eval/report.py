@@ -135,7 +135,7 @@ def result_rows(docs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         for mode, summary in doc.get("summary", {}).items():
             rows.append(
                 {
-                    "benchmark": config.get("benchmark", ""),
+                    "benchmark": _variant(config),
                     "model": model_name or "",
                     "decoding": mode,
                     "tools": config.get("tools"),
@@ -143,6 +143,16 @@ def result_rows(docs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def _variant(config: Mapping[str, Any]) -> str:
+    """The benchmark's name, marked when the run forced calls or used compressed tool descriptions."""
+    name = str(config.get("benchmark", ""))
+    if config.get("tool_choice") == "required":
+        name += " (required)"
+    if config.get("compressed"):
+        name += " (compressed)"
+    return name
 
 
 def markdown_table(rows: Sequence[Mapping[str, Any]], *, notes: Sequence[str] = ()) -> str:
