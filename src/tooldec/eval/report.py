@@ -230,9 +230,16 @@ def plot_modes(rows: Sequence[Mapping[str, Any]], path: str | os.PathLike[str]) 
     """Bars of accuracy, and stacked format / name / argument error rates, per benchmark and decoding mode."""
     plt = _pyplot()
     labels = list(dict.fromkeys(_label(row) for row in rows))
-    modes = list(dict.fromkeys(str(row.get("decoding")) for row in rows))
+    order = ("tooldec", "free", "fuzzy")  # the same colour for a mode in every plot
+    modes = sorted(
+        dict.fromkeys(str(row.get("decoding")) for row in rows),
+        key=lambda mode: order.index(mode) if mode in order else len(order),
+    )
     width = 0.8 / max(len(modes), 1)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(max(8, 2.5 * len(labels) + 4), 4), squeeze=True)
+    if len(labels) > 4:  # many benchmarks: accuracy above errors, each panel the full width
+        fig, (left, right) = plt.subplots(2, 1, figsize=(max(8, 1.4 * len(labels) + 2), 8))
+    else:
+        fig, (left, right) = plt.subplots(1, 2, figsize=(max(8, 2.5 * len(labels) + 4), 4))
     hatches = {"format": "", "name": "//", "argument": ".."}
     labelled: set[str] = set()
     for m, mode in enumerate(modes):
