@@ -13,6 +13,7 @@ transformers = pytest.importorskip("transformers")
 from tooldec.agents.chat import CHAT_SYNTAXES, ChatAgent, parse_free_calls
 from tooldec.agents.executor import ToolExecutor, format_value, load_executor
 from tooldec.agents.react import ReactAgent
+from tooldec.agents.result import AgentResult
 from tooldec.agents.toolken import ToolkenAgent
 from tooldec.backends import embedded
 from tooldec.backends.embedded import ModelFetchError, fetch_model
@@ -50,6 +51,14 @@ def test_tool_errors_become_observations(executor: ToolExecutor) -> None:
     assert "invalid arguments" in (executor.run(ParsedCall("sqrt", {"a": "x"})).error or "")
     assert "at most" in (executor.run(ParsedCall("sqrt", {}, (1, 2))).error or "")
     assert "integers" in (executor.run(ParsedCall("gcd", {"a": 1.5, "b": 3})).error or "")
+
+
+def test_agent_result_records_calls_and_their_errors(executor: ToolExecutor) -> None:
+    result = AgentResult(None)
+    ok = result.record(executor.run(ParsedCall("add", {"a": 1, "b": 2})))
+    failed = result.record(executor.run(ParsedCall("divide", {"a": 1, "b": 0})))
+    assert ok.result == 3 and result.calls == [ok, failed]
+    assert result.errors == [failed.error] and failed.error
 
 
 def test_format_value() -> None:

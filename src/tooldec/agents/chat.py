@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tooldec.agents.executor import ToolExecutor, ToolResult
+from tooldec.agents.executor import ToolExecutor
 from tooldec.agents.result import AgentResult
 from tooldec.backends.loader import LoadedModel
 from tooldec.compiler import Compiler
@@ -110,8 +110,6 @@ class ChatAgent:
         syntax = CHAT_SYNTAXES[self.syntax or detect_syntax(self.lm.tokenizer)]
         messages = self.messages_for(question)
         openai_tools = [t.to_openai() for t in self.executor.tools]
-        results: list[ToolResult] = []
-        errors: list[str] = []
         totals = AgentResult(answer=None)
         choice = self.tool_choice
         decoder = Decoder(self.lm.model, self.lm.vocab)
@@ -135,23 +133,18 @@ class ChatAgent:
             totals.add_cost(gen)
             totals.text += gen.text
             calls = [call for event in gen.events for call in event.calls]
-            errors.extend(event.error for event in gen.events if event.error)
+            totals.errors.extend(event.error for event in gen.events if event.error)
             if not self.guided:
                 calls, parse_errors = parse_free_calls(gen.text, syntax)
-                errors.extend(parse_errors)
+                totals.errors.extend(parse_errors)
             if not calls:
                 totals.answer = gen.text.strip()
                 break
             messages.append({"role": "assistant", "content": gen.text})
             for call in calls:
-                result = self.executor.run(call)
-                results.append(result)
-                if not result.ok:
-                    errors.append(result.error or "")
+                result = totals.record(self.executor.run(call))
                 messages.append({"role": "tool", "name": call.name, "content": result.observation()})
             choice = "auto"
-        totals.calls = results
-        totals.errors = errors
         return totals
 
 

@@ -11,9 +11,8 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from tooldec.agents.executor import ToolExecutor, ToolResult
+from tooldec.agents.executor import ToolExecutor
 from tooldec.agents.inline import inline_controller
 from tooldec.agents.result import AgentResult
 from tooldec.backends.loader import LoadedModel
@@ -89,22 +88,18 @@ class ReactAgent:
             )
             for _ in questions
         ]
-        results: list[list[ToolResult]] = [[] for _ in questions]
-        errors: list[list[str]] = [[] for _ in questions]
-        answers: list[Any] = [None for _ in questions]
+        out = [AgentResult(None) for _ in questions]
 
         def on_call(row: int, event: CallEvent) -> str | None:
             if event.error or not event.calls:
-                errors[row].append(event.error or "no call")
+                out[row].errors.append(event.error or "no call")
                 return "Observation: Error: the action could not be read\nThought:"
             call = event.calls[0]
             if call.name == FINISH.name:
-                answers[row] = call.arguments.get("answer")
+                final = call.arguments.get("answer")
+                out[row].answer = None if final is None else str(final)
                 return None
-            result = self.executor.run(call)
-            results[row].append(result)
-            if not result.ok:
-                errors[row].append(result.error or "")
+            result = out[row].record(self.executor.run(call))
             return f"Observation: {result.observation()}\nThought:"
 
         gens = Decoder(self.lm.model, self.lm.vocab).generate(
@@ -116,9 +111,7 @@ class ReactAgent:
             on_call=on_call,
             prefix=prefix,
         )
-        out = []
-        for gen, final, calls, errs in zip(gens, answers, results, errors, strict=True):
-            result = AgentResult(None if final is None else str(final), calls, gen.text.strip(), errors=errs)
+        for gen, result in zip(gens, out, strict=True):
+            result.text = gen.text.strip()
             result.add_cost(gen)
-            out.append(result)
         return out

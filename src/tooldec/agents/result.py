@@ -23,6 +23,13 @@ class AgentResult:
     forced_tokens: int = 0
     errors: list[str] = field(default_factory=list)
 
+    def record(self, result: ToolResult) -> ToolResult:
+        """Keep a call's result; a failed call's error also joins `errors`. Returns `result`."""
+        self.calls.append(result)
+        if not result.ok:
+            self.errors.append(result.error or "")
+        return result
+
     def add_cost(self, gen: Generation) -> None:
         """Count one decoding run's tokens, time and forward passes into this result (agents may run several)."""
         self.tokens += gen.sampled_tokens + gen.forced_tokens

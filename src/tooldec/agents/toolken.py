@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tooldec.agents.answer import extract_answer
-from tooldec.agents.executor import ToolExecutor, ToolResult, format_value
+from tooldec.agents.executor import ToolExecutor, format_value
 from tooldec.agents.inline import inline_controller
 from tooldec.agents.result import AgentResult
 from tooldec.backends.loader import LoadedModel
@@ -92,17 +92,13 @@ class ToolkenAgent:
             )
             for _ in texts
         ]
-        results: list[list[ToolResult]] = [[] for _ in texts]
-        errors: list[list[str]] = [[] for _ in texts]
+        out = [AgentResult(None) for _ in texts]
 
         def on_call(row: int, event: CallEvent) -> str:
             if event.error or not event.calls:
-                errors[row].append(event.error or "no call")
+                out[row].errors.append(event.error or "no call")
                 return "?"
-            result = self.executor.run(event.calls[0])
-            results[row].append(result)
-            if not result.ok:
-                errors[row].append(result.error or "")
+            result = out[row].record(self.executor.run(event.calls[0]))
             return format_value(result.result) if result.ok else "?"
 
         gens = Decoder(self.lm.model, self.lm.vocab).generate(
@@ -114,12 +110,10 @@ class ToolkenAgent:
             on_call=on_call,
             prefix=prefix,
         )
-        out = []
-        for gen, calls, errs in zip(gens, results, errors, strict=True):
+        for gen, result in zip(gens, out, strict=True):
             answer_text = gen.text
             for stop in STOPS:
                 answer_text = answer_text.split(stop)[0]
-            result = AgentResult(extract_answer(answer_text), calls, answer_text.strip(), errors=errs)
+            result.answer, result.text = extract_answer(answer_text), answer_text.strip()
             result.add_cost(gen)
-            out.append(result)
         return out

@@ -83,9 +83,8 @@ class Decoder:
         generator = params.generator()
         mask_cols: list[torch.Tensor] = []
         reused = prefix.shared(prompts) if prefix is not None else 0
-        cache = GrowingCache()
-        if prefix is not None and reused:
-            cache = prefix.cache(n, reused)
+        cache = prefix.cache(n, reused) if prefix is not None and reused else GrowingCache()
+        if reused:
             mask_cols.append(torch.ones((n, reused), dtype=torch.long))
         pending: list[list[int]] = [list(p[reused:]) for p in prompts]
         model_time = 0.0
