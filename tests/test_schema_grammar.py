@@ -18,7 +18,8 @@ from tooldec.conformance import feed
 from tooldec.errors import TokenRejectedError, ToolSpecError, UnsupportedSchemaError
 from tooldec.grammar.calls import get_format
 from tooldec.grammar.canonical import CanonicalWriter
-from tooldec.sample import WalkTooLong, random_walk
+from tooldec.guide import Guide
+from tooldec.sample import UNREACHABLE, WalkTooLong, distances_to_accept, random_walk
 from tooldec.specs import ToolSet, ToolSpec
 from tooldec.vocab import Vocabulary
 
@@ -85,26 +86,92 @@ def _containers(children: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrateg
 
 
 SCHEMAS = st.recursive(LEAVES, _containers, max_leaves=6)
-SETTINGS = settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
-)
+# No filter_too_much suppression: a property whose examples are mostly discarded must fail the health check.
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+WALK_MAX_TOKENS = 3000
+WALK_STEER_AFTER = 1000
+"""Walks are uniform for their first 1,000 tokens (4,000 property walks never needed more than ~1,300 in all),
+then steered home: they take only tokens that get closer to acceptance, so a walk cannot legitimately run out
+of tokens and WalkTooLong is a real failure."""
 
 
-def _walk(compiled: Any, seed: int) -> Any:
-    try:
-        return random_walk(compiled.guide(), random.Random(seed), max_tokens=3000)
-    except WalkTooLong:
-        assume(False)
+def _walk(compiled: Any, seed: int, **steering: int) -> Guide:
+    """A seeded random walk to EOS; WalkTooLong (a grammar the walk cannot finish) fails the test."""
+    kwargs = {"max_tokens": WALK_MAX_TOKENS, "steer_after": WALK_STEER_AFTER} | steering
+    return random_walk(compiled.guide(), random.Random(seed), **kwargs)
 
 
-@SETTINGS
-@given(schema=SCHEMAS, seed=st.integers(0, 2**16))
-def test_walks_produce_valid_instances(vocab: Vocabulary, schema: dict[str, Any], seed: int) -> None:
-    compiled = Compiler(vocab).compile_schema(schema, additional_properties=False)
-    guide = _walk(compiled, seed)
+def _check_instance(guide: Guide, schema: dict[str, Any]) -> None:
+    """The walk wrote JSON that validates against `schema`, and the guide parses it to the same value."""
     value = json.loads(guide.text())
     jsonschema.validate(value, schema)
     assert guide.result() == value
+
+
+def _assert_enough_checked(checked: list[int]) -> None:
+    """A property run validated (nearly) every example it generated, and not only one-token instances."""
+    assert len(checked) >= SETTINGS.max_examples * 0.9, f"only {len(checked)} examples were checked"
+    assert max(checked) > 5, f"every walk was trivial: {checked}"
+
+
+def test_walks_produce_valid_instances(vocab: Vocabulary) -> None:
+    """Soundness: every random walk through a schema's guide is an instance of the schema."""
+    checked: list[int] = []
+
+    @SETTINGS
+    @given(schema=SCHEMAS, seed=st.integers(0, 2**16))
+    def walk_is_valid(schema: dict[str, Any], seed: int) -> None:
+        compiled = Compiler(vocab).compile_schema(schema, additional_properties=False)
+        guide = _walk(compiled, seed)
+        _check_instance(guide, schema)
+        checked.append(len(guide.tokens))
+
+    walk_is_valid()
+    _assert_enough_checked(checked)
+
+
+def test_the_soundness_check_rejects_what_a_wrong_grammar_writes(bytelevel_vocab: Vocabulary) -> None:
+    """The check above can fail: walks of a grammar looser than the schema (any integer where the schema wants
+    one <= 99) are caught."""
+    compiled = Compiler(bytelevel_vocab).compile_schema({"type": "integer"})
+    strict = {"type": "integer", "maximum": 99}
+    caught = 0
+    for seed in range(10):
+        try:
+            _check_instance(_walk(compiled, seed), strict)
+        except jsonschema.ValidationError:
+            caught += 1
+    assert caught > 0
+
+
+def test_uniform_walks_can_run_long_and_steering_brings_them_home(bytelevel_vocab: Vocabulary) -> None:
+    """Why walks are steered: a uniform walk through an array of strings can outrun a small budget (and says
+    so with WalkTooLong); the same walks steered after 40 tokens all finish within it, still valid."""
+    schema = {"type": "array", "items": {"type": "string"}}
+    compiled = Compiler(bytelevel_vocab).compile_schema(schema)
+    too_long = 0
+    for seed in range(20):
+        try:
+            _walk(compiled, seed, max_tokens=60, steer_after=60)
+        except WalkTooLong:
+            too_long += 1
+        _check_instance(_walk(compiled, seed, max_tokens=60, steer_after=40), schema)
+    assert too_long > 0
+
+
+@SETTINGS
+@given(schema=SCHEMAS, seed=st.integers(0, 2**16), steer_after=st.integers(0, 40))
+def test_steered_walks_end_within_the_distance_to_acceptance(
+    vocab: Vocabulary, schema: dict[str, Any], seed: int, steer_after: int
+) -> None:
+    """Once steered, a walk takes at most (bytes to the nearest accepting state) + 1 (EOS) more tokens, and
+    stays valid."""
+    compiled = Compiler(vocab).compile_schema(schema, additional_properties=False)
+    dist = distances_to_accept(compiled.dfa)
+    farthest = int(dist[dist < UNREACHABLE].max())
+    guide = _walk(compiled, seed, max_tokens=steer_after + farthest + 1, steer_after=steer_after)
+    _check_instance(guide, schema)
 
 
 @SETTINGS
@@ -136,14 +203,22 @@ def tool_sets(draw: st.DrawFn) -> list[ToolSpec]:
     return tools
 
 
-@SETTINGS
-@given(tools=tool_sets(), fmt=st.sampled_from(["json", "python", "hermes"]), seed=st.integers(0, 2**16))
-def test_tool_call_walks_are_valid_calls(vocab: Vocabulary, tools: list[ToolSpec], fmt: str, seed: int) -> None:
-    compiled = Compiler(vocab).compile(tools, fmt)
-    guide = _walk(compiled, seed)
-    call = guide.result()
-    spec = ToolSet(tools)[call.name]
-    jsonschema.validate(call.arguments, spec.parameters)
+def test_tool_call_walks_are_valid_calls(vocab: Vocabulary) -> None:
+    """Soundness for calls: every random walk is a call of an existing tool with arguments valid for it."""
+    checked: list[int] = []
+
+    @SETTINGS
+    @given(tools=tool_sets(), fmt=st.sampled_from(["json", "python", "hermes"]), seed=st.integers(0, 2**16))
+    def walk_is_a_valid_call(tools: list[ToolSpec], fmt: str, seed: int) -> None:
+        compiled = Compiler(vocab).compile(tools, fmt)
+        guide = _walk(compiled, seed)
+        call = guide.result()
+        spec = ToolSet(tools)[call.name]
+        jsonschema.validate(call.arguments, spec.parameters)
+        checked.append(len(guide.tokens))
+
+    walk_is_a_valid_call()
+    _assert_enough_checked(checked)
 
 
 @SETTINGS
