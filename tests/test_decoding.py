@@ -22,11 +22,12 @@ from tooldec.agents.toolken import CALL_END as TOOLKEN_CALL_END
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController, SamplingParams, Trigger
 from tooldec.decoding.decoder import Decoder
-from tooldec.decoding.jump_forward import ForcedText, complete_utf8
+from tooldec.automaton.forced import ForcedText, complete_utf8
 from tooldec.decoding.kv_cache import GrowingCache
 from tooldec.decoding.logits_processor import ToolDecLogitsProcessor
 from tooldec.decoding.prefix import PromptPrefix
-from tooldec.decoding.sampling import sample_token
+from tooldec.decoding.sampling import apply_token_bitmask_inplace, sample_token
+from tooldec.index import PreparedVocab, pack_bool, unpack
 from tooldec.grammar.calls import FORMATS, ParsedCall
 from tooldec.specs import ToolSet, ToolSpec
 from tooldec.toolsets import funcqa_tools
@@ -279,17 +280,23 @@ def test_trigger_bans_tokens_that_run_past_it() -> None:
     from tooldec.vocab import Vocabulary
 
     vocab = Vocabulary.from_bytes([b"<", b"<m", b"a<", b"a<b", b"ab", b"tool", b"_call>", b"_call>x", None], eos_id=8)
-    trig = Trigger(vocab, "<")
-    banned = trig.banned(b"", allow=True)
-    assert banned is not None
-    assert [vocab.token_bytes[i] for i in np.flatnonzero(banned)] == [b"<m", b"a<b"]
-    assert banned[0] == banned[2] == False
-    assert trig.banned(b"", allow=False)[[0, 2]].all()
-    long = Trigger(vocab, "<tool_call>")
-    after_prefix = long.banned(b"xx<tool", allow=True)
-    assert after_prefix is not None and after_prefix[7] and not after_prefix[6]
+    prepared = PreparedVocab(vocab)
+
+    def banned(trig: Trigger, tail: bytes, allow: bool) -> np.ndarray:
+        mask = trig.allowed_mask(tail, allow=allow)
+        assert mask is not None
+        return ~unpack(mask, vocab.size)
+
+    trig = Trigger(prepared, "<")
+    assert [vocab.token_bytes[i] for i in np.flatnonzero(banned(trig, b"", True))] == [b"<m", b"a<b"]
+    assert banned(trig, b"", False)[[0, 2]].all()
+    long = Trigger(prepared, "<tool_call>")
+    after_prefix = banned(long, b"xx<tool", True)
+    assert after_prefix[7] and not after_prefix[6]
     assert long.fired(b"<tool", 6) and not long.fired(b"<too", 6)
-    assert Trigger.of(vocab, "<") is Trigger.of(vocab, "<") is not Trigger.of(vocab, "<tool_call>")
+    assert trig.allowed_mask(b"", allow=True) is Trigger(prepared, "<").allowed_mask(b"", allow=True), (
+        "text-mode masks are built once per model"
+    )
 
 
 def test_hf_logits_processor_constrains_generate(vocab, model) -> None:  # type: ignore[no-untyped-def]
@@ -315,14 +322,22 @@ def test_hf_logits_processor_constrains_generate(vocab, model) -> None:  # type:
         jsonschema.validate(call["arguments"], tool.parameters)
 
 
+def _masked(logits: torch.Tensor, allowed: np.ndarray | None) -> torch.Tensor:
+    """A copy of a logits row with the tokens outside the boolean `allowed` mask at -inf (the decoding path)."""
+    out = logits.clone()
+    if allowed is not None:
+        apply_token_bitmask_inplace(out, pack_bool(allowed, (len(allowed) + 31) // 32))
+    return out
+
+
 def _draw(
     logits: torch.Tensor, allowed: np.ndarray | None, params: SamplingParams, generator: torch.Generator | None = None
 ) -> int:
     """One sample_token draw with only the tokens of the boolean mask `allowed` (None: every token) allowed.
 
-    The one place that knows how sample_token takes its mask (a boolean array argument); if the mask becomes a
-    packed int32 bitmask applied to the logits first, only this body changes."""
-    return sample_token(logits, allowed, params, generator)
+    The one place that knows how sample_token takes its mask (today: a packed int32 bitmask applied to a copy of
+    the logits first, by `_masked`); a change of that API changes only this body."""
+    return sample_token(_masked(logits, allowed), params, generator)
 
 
 LOGITS = torch.tensor([2.0, -1.0, 0.5, 3.0, 1.5, -0.5, 0.0, 2.5, -2.0, 1.0])

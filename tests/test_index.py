@@ -7,7 +7,7 @@ import pytest
 
 from tooldec.automaton.dfa import DEAD
 from tooldec.compiler import Compiler
-from tooldec.index.token_index import FINAL
+from tooldec.index import FINAL, unpack
 from tooldec.specs import ToolSpec
 from tooldec.vocab import Vocabulary
 
@@ -115,9 +115,8 @@ def test_rollback_and_fork(bytelevel_vocab: Vocabulary) -> None:
 def test_vocabulary_wider_than_tokenizer(bytelevel_tokenizer) -> None:
     vocab = Vocabulary.from_tokenizers(bytelevel_tokenizer, vocab_size=512)
     guide = Compiler(vocab).compile(TOOLS, "json").guide()
-    assert guide.bool_mask().shape == (512,)
     assert guide.bitmask().shape == (16,)
-    assert not guide.bool_mask()[450:].any()
+    assert not unpack(guide.bitmask(), 512)[450:].any()
 
 
 SHARED_TOOLS = [
@@ -141,48 +140,9 @@ SHARED_TOOLS = [
 ]
 
 
-@pytest.mark.parametrize("strategy", ["regions", "numpy", "python"])
-def test_every_walk_strategy_matches_brute_force(vocab: Vocabulary, monkeypatch, strategy: str) -> None:
-    """Shared regions, numpy walks and token-by-token walks all give the brute-force masks on both fixtures."""
-    from tooldec.index import token_index
-
-    monkeypatch.setattr(token_index, "REGION_MIN_TOKENS", 0 if strategy == "regions" else 10**9)
-    monkeypatch.setattr(token_index, "PY_ROWS", 10**9 if strategy == "python" else 0)
-    monkeypatch.setattr(token_index, "SMALL_RANGE", 10**9 if strategy == "python" else 1)
-    compiled = Compiler(vocab).compile(SHARED_TOOLS, "json", use_cache=False)
-    index = compiled.index
-    shared = 0
-    for s in index.reachable_states():
-        ids, nxt = index.transitions(s)
-        want_ids, want_next = _brute_force(compiled, s)
-        assert ids.tolist() == want_ids
-        assert nxt.tolist() == want_next
-        bits = np.unpackbits(index.bitmask(s).view(np.uint8), bitorder="little")[: vocab.size]
-        assert np.flatnonzero(bits).tolist() == want_ids
-        shared += index._entries[s].region is not None
-    if strategy == "regions":
-        assert shared > len(index._trie.regions), "states of the same region shape should share one result"
-
-
-def test_fill_bitmask_matches_bitmask(vocab: Vocabulary) -> None:
-    """The sparse row writer and the packed mask agree, also over a dirty row."""
-    compiled = Compiler(vocab).compile(SHARED_TOOLS, "json", use_cache=False)
-    index = compiled.index
-    out = np.full((2, index.words), -1, dtype=np.int32)
-    for s in index.reachable_states(limit=60):
-        index.fill_bitmask(s, out[1])
-        assert out[1].tolist() == index.bitmask(s).tolist()
-
-
-@pytest.mark.parametrize(("chain_max", "chain_range"), [(3, 8), (64, 512), (64, 0)])
-def test_literal_stretches_match_brute_force(vocab: Vocabulary, monkeypatch, chain_max: int, chain_range: int) -> None:
-    """Literal stretches indexed in one pass (cut short, partly left to the trie walk, or not at all) are exact."""
-    from tooldec.index import token_index
-
-    monkeypatch.setattr(token_index, "CHAIN_MAX", chain_max)
-    monkeypatch.setattr(token_index, "CHAIN_RANGE", chain_range)
-    monkeypatch.setattr(token_index, "CHAIN_MIN", 1)
-    compiled = Compiler(vocab).compile(TOOLS + SHARED_TOOLS[1:], "json", use_cache=False)
+def test_masks_match_brute_force_over_a_dirty_row(vocab: Vocabulary) -> None:
+    """Every reachable state's packed mask (dense or sparse, written over a row of ones) is the brute-force set."""
+    compiled = Compiler(vocab).compile(TOOLS + SHARED_TOOLS, "json", use_cache=False)
     index = compiled.index
     out = np.full(index.words, -1, dtype=np.int32)
     for s in index.reachable_states():
@@ -191,5 +151,37 @@ def test_literal_stretches_match_brute_force(vocab: Vocabulary, monkeypatch, cha
         want_ids, want_next = _brute_force(compiled, s)
         assert ids.tolist() == want_ids
         assert nxt.tolist() == want_next
-        assert np.flatnonzero(np.unpackbits(out.view(np.uint8), bitorder="little")[: vocab.size]).tolist() == want_ids
-    assert bool(index._chained) == (chain_range > 0)
+        assert np.flatnonzero(unpack(out, vocab.size)).tolist() == want_ids
+        assert index.count(s) == len(want_ids)
+
+
+def test_masks_filled_from_many_threads_agree(vocab: Vocabulary) -> None:
+    """States computed concurrently on first visit (as vLLM's thread pool would) give the single-thread masks."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    reference = Compiler(vocab).compile(SHARED_TOOLS, "json", use_cache=False).index
+    states = reference.reachable_states()
+    want = {s: reference.bitmask(s).tolist() for s in states}
+    fresh = Compiler(vocab).compile(SHARED_TOOLS, "json", use_cache=False).index
+
+    def fill(offset: int) -> dict[int, list[int]]:
+        order = states[offset:] + states[:offset]
+        return {s: fresh.bitmask(s).tolist() for s in order}
+
+    with ThreadPoolExecutor(4) as pool:
+        for got in pool.map(fill, [0, len(states) // 3, len(states) // 2, len(states) - 1]):
+            assert got == want
+
+
+def test_string_fields_share_one_region_walk(bytelevel_vocab: Vocabulary) -> None:
+    """The contents of several string fields have one shape, so the trie is walked for each shape once, however
+    many fields there are (and the masks stay exact: see the brute-force tests)."""
+
+    def regions(fields: int) -> int:
+        props = {f"s{i}": {"type": "string"} for i in range(fields)}
+        tool = ToolSpec("t", "", {"type": "object", "properties": props, "required": list(props)})
+        index = Compiler(bytelevel_vocab).compile([tool], "json", use_cache=False).index
+        index.core.compute_all()
+        return index.core.num_regions
+
+    assert 0 < regions(2) == regions(6)

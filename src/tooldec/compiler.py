@@ -1,24 +1,27 @@
-"""The compiler: tool specs (or one JSON Schema) → grammar → DFA → token index, cached per tool set and vocabulary.
+"""The compiler: tool specs (or one JSON Schema) → grammar → DFA → token index, cached per tool set.
 
-One `Compiler` per model vocabulary; `compile` once per tool set; `CompiledGrammar.guide()` once per request.
+One `Compiler` per model (it holds the prepared vocabulary); `compile` once per tool set;
+`CompiledGrammar.guide()` once per request. The compiler's cache is bounded and safe to share between threads.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tooldec.automaton.compile import compile_dfa
 from tooldec.automaton.dfa import DEAD, DFA
+from tooldec.automaton.forced import ForcedText
 from tooldec.errors import EmptyGrammarError
 from tooldec.grammar.calls import CallFormat, get_format, tools_grammar
 from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
 from tooldec.guide import Guide
-from tooldec.index.token_index import TokenIndex
+from tooldec.index import PreparedVocab, TokenIndex
 from tooldec.specs import ToolSet, ToolSpec
 from tooldec.vocab import Vocabulary
 
@@ -34,6 +37,10 @@ class CompiledGrammar:
     parse: Callable[[str], Any]
     tools: ToolSet | None = None
     format: CallFormat | None = None
+    forced: ForcedText = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.forced = ForcedText(self.dfa)
 
     def guide(self) -> Guide:
         """A fresh guide at the start of a call."""
@@ -41,24 +48,36 @@ class CompiledGrammar:
 
 
 CACHE_SIZE = 32
-_CACHE: OrderedDict[str, CompiledGrammar] = OrderedDict()
-
-
-def clear_cache() -> None:
-    """Forget every compiled grammar (they are shared by all compilers of the same vocabulary)."""
-    _CACHE.clear()
+"""Compiled grammars a Compiler keeps (least recently used dropped first)."""
 
 
 class Compiler:
-    """Compiles tool sets for one vocabulary; results are cached process-wide per (tool set, format, vocabulary).
+    """Compiles tool sets for one model; results are cached per (tool set or schema, format, options).
 
-    The cache keeps the last CACHE_SIZE grammars, keyed by a hash of the tooldec version, the tool set or
-    schema, the format, the ref depth and the vocabulary fingerprint.
+    The cache keeps the last `cache_size` grammars, keyed by a hash of the tooldec version, the tool set or
+    schema, the format, the ref depth and the vocabulary fingerprint; it is guarded by a lock, and two threads
+    asking for the same new grammar may both build it (the first stored wins).
     """
 
-    def __init__(self, vocab: Vocabulary, *, max_ref_depth: int = DEFAULT_REF_DEPTH) -> None:
-        self.vocab = vocab
+    def __init__(
+        self,
+        vocab: Vocabulary | PreparedVocab,
+        *,
+        max_ref_depth: int = DEFAULT_REF_DEPTH,
+        cache_size: int = CACHE_SIZE,
+    ) -> None:
+        """Take a prepared vocabulary (share one per model) or prepare a bare Vocabulary here."""
+        self.prepared = vocab if isinstance(vocab, PreparedVocab) else PreparedVocab(vocab)
+        self.vocab = self.prepared.vocab
         self.max_ref_depth = max_ref_depth
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, CompiledGrammar] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def clear_cache(self) -> None:
+        """Forget every compiled grammar."""
+        with self._lock:
+            self._cache.clear()
 
     def _key(self, kind: str, payload: Any) -> str:
         h = hashlib.sha256()
@@ -67,14 +86,19 @@ class Compiler:
         return h.hexdigest()
 
     def _cached(self, key: str, build: Callable[[], CompiledGrammar], use_cache: bool) -> CompiledGrammar:
-        if use_cache and key in _CACHE:
-            _CACHE.move_to_end(key)
-            return _CACHE[key]
+        if use_cache:
+            with self._lock:
+                got = self._cache.get(key)
+                if got is not None:
+                    self._cache.move_to_end(key)
+                    return got
         result = build()
         if use_cache:
-            _CACHE[key] = result
-            while len(_CACHE) > CACHE_SIZE:
-                _CACHE.popitem(last=False)
+            with self._lock:
+                result = self._cache.setdefault(key, result)
+                self._cache.move_to_end(key)
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
         return result
 
     def compile(
@@ -99,7 +123,7 @@ class Compiler:
             dfa = compile_dfa(tools_grammar(toolset, fmt, max_ref_depth=self.max_ref_depth))
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no call of this tool set can be valid (its schemas admit no value)")
-            index = TokenIndex(dfa, self.vocab)
+            index = TokenIndex(dfa, self.prepared)
             index.warm()
             if precompute:
                 index.reachable_states()
@@ -120,7 +144,7 @@ class Compiler:
             dfa = compile_dfa(comp.value())
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no value satisfies this schema", path="#")
-            index = TokenIndex(dfa, self.vocab)
+            index = TokenIndex(dfa, self.prepared)
             index.warm()
             return CompiledGrammar(dfa, index, json.loads)
 

@@ -51,20 +51,12 @@ class Guide:
         return self.index.allowed_ids(self.state)
 
     def bitmask(self) -> np.ndarray:
-        """Allowed tokens packed as `int32[ceil(V/32)]`, bit `t & 31` of word `t >> 5` (read-only)."""
+        """Allowed tokens packed as a new `int32[ceil(V/32)]`, bit `t & 31` of word `t >> 5`."""
         return self.index.bitmask(self.state)
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
         """Write the packed mask into row `row` of an `int32[batch, ceil(V/32)]` array."""
         self.index.fill_bitmask(self._states[-1], out[row])
-
-    def bool_mask(self, size: int | None = None) -> np.ndarray:
-        """Allowed tokens as `bool[size]` (default: the vocabulary size), ready to index logits."""
-        n = self.index.vocab.size if size is None else size
-        bits = np.unpackbits(self.bitmask().view(np.uint8), bitorder="little").view(bool)
-        if n <= len(bits):
-            return bits[:n].copy()
-        return np.concatenate([bits, np.zeros(n - len(bits), dtype=bool)])
 
     def accepts(self, token_id: int) -> bool:
         """Whether `token_id` is allowed now."""

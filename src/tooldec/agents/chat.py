@@ -16,7 +16,6 @@ from typing import Any
 from tooldec.agents.executor import ToolExecutor
 from tooldec.agents.result import AgentResult
 from tooldec.backends.loader import LoadedModel
-from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController, SamplingParams
 from tooldec.decoding.decoder import Decoder
 from tooldec.grammar.calls import CallParseError, ParsedCall, get_format
@@ -97,7 +96,7 @@ class ChatAgent:
         return messages
 
     def _controller(self, tools: ToolSet, syntax: ChatSyntax, choice: str) -> CallController:
-        grammar = Compiler(self.lm.vocab).compile(tools, syntax.format)
+        grammar = self.lm.compiler.compile(tools, syntax.format)
         return CallController(
             grammar,
             trigger=syntax.trigger,

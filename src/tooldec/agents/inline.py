@@ -8,11 +8,10 @@ from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController
 from tooldec.grammar.calls import CallFormat
 from tooldec.specs import ToolSet
-from tooldec.vocab import Vocabulary
 
 
 def inline_controller(
-    vocab: Vocabulary,
+    compiler: Compiler,
     tools: ToolSet,
     fmt: CallFormat,
     *,
@@ -25,6 +24,6 @@ def inline_controller(
     """Guided: text until `trigger`, then a call of `tools` in `fmt`; unguided: free text whose calls are
     found by `call_end` and parsed best-effort. Both return to text after a call, up to `max_calls`."""
     if guided:
-        grammar = Compiler(vocab).compile(tools, fmt)
+        grammar = compiler.compile(tools, fmt)
         return CallController(grammar, trigger=trigger, after_call="text", max_calls=max_calls, stop=stop)
-    return FreeController(vocab, call_end, fmt.parse, max_calls=max_calls, stop=stop)
+    return FreeController(compiler.vocab, call_end, fmt.parse, max_calls=max_calls, stop=stop)

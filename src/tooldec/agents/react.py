@@ -77,7 +77,7 @@ class ReactAgent:
         tools = ToolSet([*self.executor.tools, FINISH])
         controllers = [
             inline_controller(
-                self.lm.vocab,
+                self.lm.compiler,
                 tools,
                 ReactCall(),
                 guided=self.guided,

@@ -81,7 +81,7 @@ class ToolkenAgent:
             raise ValueError(f"{len(questions)} questions but {len(texts)} prompts")
         controllers = [
             inline_controller(
-                self.lm.vocab,
+                self.lm.compiler,
                 self.executor.tools,
                 ToolkenCall(),
                 guided=self.guided,

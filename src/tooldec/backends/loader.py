@@ -11,11 +11,13 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from tooldec.backends.cache import cache_dir
 from tooldec.backends.embedded import DEFAULT_MODEL, EMBEDDED_MODELS, fetch_model
+from tooldec.compiler import Compiler
 from tooldec.errors import ToolDecError
 from tooldec.vocab import Vocabulary
 
@@ -36,6 +38,11 @@ class LoadedModel:
     name: str
     source: str
     load_seconds: float
+
+    @cached_property
+    def compiler(self) -> Compiler:
+        """This model's compiler (its prepared vocabulary and grammar cache), made on first use and kept."""
+        return Compiler(self.vocab)
 
     def encode_chat(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kwargs: Any

@@ -1,28 +1,35 @@
 """One sequence's decoding policy: free text, a trigger, a guided call, then back to text or stop.
 
-The controller answers two questions per step, whoever runs the model: which tokens may come next
-(`allowed`, None for all) and which tokens are forced and can be appended without sampling (`forced`).
-Every token that enters the sequence is passed to `feed`, which reports a finished call as a CallEvent.
+The policy is torch-free and speaks the verbs serving engines use: `fill_bitmask(out, row)` writes the packed
+mask of the tokens allowed next (`fill_bitmasks` does a whole batch in one call of the compiled core, without
+the GIL), `accept_token(s)` takes the tokens that entered the sequence and reports finished calls,
+`validate_tokens` says how many of some tokens would be accepted, `rollback(n)` undoes tokens,
+`is_terminated` and `reset`. `forced()` gives the tokens that must come next whatever the model says
+(jump-forward). The mask convention is `int32[batch, ceil(V/32)]`, token t is bit `t & 31` of word `t >> 5`.
 """
 
 from __future__ import annotations
 
 import enum
 import re
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from tooldec import _core
+from tooldec.automaton.forced import complete_utf8
 from tooldec.compiler import CompiledGrammar
-from tooldec.decoding.jump_forward import ForcedText, complete_utf8
 from tooldec.decoding.trigger import Trigger
+from tooldec.errors import TokenRejectedError
 from tooldec.grammar.calls import CallParseError, ParsedCall
 from tooldec.guide import Guide
+from tooldec.index import PreparedVocab, pack_ids
 
 ToolChoice = Literal["auto", "none", "required"]
+MaskSource = tuple[Any, int] | np.ndarray | None
+"""A row's mask for `_core.fill_bitmasks`: (core index, state), a packed int32 row to copy, or None for all."""
 
 
 class Mode(enum.Enum):
@@ -42,17 +49,48 @@ class CallEvent:
     error: str | None = None
 
 
-_FORCED: dict[int, ForcedText] = {}
+class Policy(Protocol):
+    """What a decoding loop needs of one sequence's policy (CallController, FreeController)."""
+
+    tokens: list[int]
+    events: list[CallEvent]
+
+    @property
+    def done(self) -> bool: ...
+    def mask_source(self) -> MaskSource: ...
+    def accept_token(self, token_id: int) -> CallEvent | None: ...
+    def forced(self) -> list[int]: ...
+    def stop(self) -> None: ...
+    def inject(self, tokens: list[int]) -> None: ...
 
 
-def _forced_text(grammar: CompiledGrammar) -> ForcedText:
-    """One ForcedText per compiled grammar, shared by every sequence decoding with it, dropped with its DFA."""
-    key = id(grammar.dfa)
-    got = _FORCED.get(key)
-    if got is None:
-        got = _FORCED[key] = ForcedText(grammar.dfa)
-        weakref.finalize(grammar.dfa, _FORCED.pop, key, None)
-    return got
+def fill_bitmasks(policies: Sequence[Policy], out: np.ndarray, rows: Sequence[int] | None = None, *,
+                  threads: int = 1) -> None:
+    """Fill row `rows[i]` (default i) of the `int32[B, W]` array `out` with policy i's mask, in one core call."""
+    rows_arr = np.arange(len(policies), dtype=np.int32) if rows is None else np.asarray(rows, dtype=np.int32)
+    _core.fill_bitmasks(out, [p.mask_source() for p in policies], rows_arr, threads)
+
+
+def _allows(source: MaskSource, token_id: int) -> bool:
+    """Whether a mask source allows `token_id`."""
+    if source is None:
+        return True
+    if isinstance(source, tuple):
+        return bool(source[0].next_state(source[1], token_id) != 0)
+    return 0 <= token_id < source.shape[0] * 32 and bool((int(source[token_id >> 5]) >> (token_id & 31)) & 1)
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """What one accepted token changed, so that rollback can undo it."""
+
+    mode: Mode
+    tail: bytes
+    recent: bytes
+    guide: Guide | None
+    guide_tokens: int
+    pending_trigger: tuple[int, ...]
+    events: int
 
 
 class CallController:
@@ -80,26 +118,35 @@ class CallController:
         if tool_choice not in ("auto", "none", "required"):
             raise ValueError(f"tool_choice must be auto, none or required, not {tool_choice!r}")
         self.grammar = grammar
-        self.vocab = grammar.index.vocab
-        self.trigger = Trigger.of(self.vocab, trigger) if trigger is not None else None
+        self.prepared: PreparedVocab = grammar.index.prepared
+        self.vocab = self.prepared.vocab
+        self.trigger = Trigger(self.prepared, trigger) if trigger is not None else None
         self.tool_choice = tool_choice
         self.after_call = after_call
         self.max_calls = max_calls
+        self._stops = [t.encode() for t in stop if t]
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the start of the sequence: no tokens, no calls."""
         self.events: list[CallEvent] = []
         self.tokens: list[int] = []
         self._tail = b""
-        self._stops = [t.encode() for t in stop if t]
         self._recent = b""
         self._guide: Guide | None = None
-        self._forced = _forced_text(grammar)
         self._pending_trigger: list[int] = []
+        self._history: list[_Snapshot] = []
         self.mode = Mode.TEXT
-        if self.trigger is None or tool_choice == "required":
+        if self.trigger is None or self.tool_choice == "required":
             self._enter_tool(forced=True)
 
     @property
     def done(self) -> bool:
         """Whether the sequence is finished."""
+        return self.mode is Mode.DONE
+
+    def is_terminated(self) -> bool:
+        """Whether the sequence is finished (only EOS may follow)."""
         return self.mode is Mode.DONE
 
     @property
@@ -120,59 +167,70 @@ class CallController:
         if forced:
             self._pending_trigger = trig.tokens()
 
-    def allowed(self) -> np.ndarray | None:
-        """Boolean mask over the vocabulary of the tokens allowed next (None: every token)."""
+    def mask_source(self) -> MaskSource:
+        """This row's mask for the batch fill: the guide's state, a cached packed mask, or None (every token)."""
         if self.mode is Mode.DONE:
-            return self._only(self.vocab.eos_ids)
+            return self.prepared.eos_mask
         if self._pending_trigger:
-            return self._only([self._pending_trigger[0]])
+            token = self._pending_trigger[0]
+            return self.prepared.mask(("only", token), lambda: pack_ids([token], self.prepared.words))
         if self.mode is Mode.TOOL:
             assert self._guide is not None
-            return self._guide.bool_mask()
+            return self._guide.index.source(self._guide.state)
         if self.trigger is None:
             return None
         allow = self.tool_choice != "none" and len(self.events) < self.max_calls
-        banned = self.trigger.banned(self._tail, allow=allow)
-        return None if banned is None else ~banned
+        return self.trigger.allowed_mask(self._tail, allow=allow)
 
-    def _only(self, ids: Any) -> np.ndarray:
-        mask = np.zeros(self.vocab.size, dtype=bool)
-        mask[list(ids)] = True
-        return mask
+    def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
+        """Write the packed mask of the tokens allowed next into row `row` of an `int32[B, W]` array."""
+        fill_bitmasks([self], out, [row])
 
     def forced(self) -> list[int]:
         """Tokens that must come next whatever the model says: a forced trigger, then the forced stretch of the
-        call, canonically tokenised (jump-forward). Feed them before asking for the next token."""
+        call, canonically tokenised (jump-forward). Accept them before asking for the next token."""
         if self._pending_trigger:
             return list(self._pending_trigger)
         if self.mode is not Mode.TOOL:
             return []
         assert self._guide is not None
-        data = complete_utf8(self._forced.after(self._guide.state))
+        data = complete_utf8(self.grammar.forced.after(self._guide.state))
         if not data:
             return []
         tokens = self.vocab.encode(data)
-        probe = self._guide.fork()
+        index = self._guide.index
+        state = self._guide.state
         for token in tokens:
-            if not probe.accepts(token):
+            state = index.next_state(state, token)
+            if state <= 0:
                 return []
-            probe.advance(token)
         return tokens
 
-    def feed(self, token_id: int) -> CallEvent | None:
-        """Take the next token of the sequence; returns the call it completes, if any."""
-        if self.mode is Mode.DONE:
-            raise ValueError("the sequence is finished")
+    def accept_token(self, token_id: int) -> CallEvent | None:
+        """Take the next token of the sequence; returns the call it completes, if any.
+
+        Raises TokenRejectedError for a token the mask does not allow (EOS is accepted after the end)."""
+        source = self.mask_source()
+        if not _allows(source, token_id):
+            tb = self.vocab.token_bytes
+            text = tb[token_id] if 0 <= token_id < len(tb) else None
+            state = self._guide.state if self._guide is not None else -1
+            raise TokenRejectedError(token_id, state, text)
+        guide = self._guide
+        self._history.append(
+            _Snapshot(self.mode, self._tail, self._recent, guide, len(guide.tokens) if guide else 0,
+                      tuple(self._pending_trigger), len(self.events))
+        )
         self.tokens.append(token_id)
+        if self.mode is Mode.DONE:
+            return None
         if self._pending_trigger:
-            if token_id != self._pending_trigger[0]:
-                raise ValueError(f"token {token_id} is not the forced trigger token {self._pending_trigger[0]}")
             self._pending_trigger.pop(0)
             return None
         if self.mode is Mode.TOOL:
-            assert self._guide is not None
-            self._guide.advance(token_id)
-            if self._guide.is_finished():
+            assert guide is not None
+            guide.advance(token_id)
+            if guide.is_finished():
                 return self._finish_call()
             return None
         if token_id in self.vocab.eos_ids:
@@ -193,6 +251,47 @@ class CallController:
             self._tail = (self._tail + token)[-max(trig.length, 1) :]
         return None
 
+    def accept_tokens(self, tokens: Sequence[int]) -> list[CallEvent]:
+        """Take several tokens in turn; returns the calls they complete. All or none: a rejected token undoes
+        the ones before it and raises TokenRejectedError."""
+        events: list[CallEvent] = []
+        for n, token in enumerate(tokens):
+            try:
+                event = self.accept_token(token)
+            except TokenRejectedError:
+                self.rollback(n)
+                raise
+            if event is not None:
+                events.append(event)
+        return events
+
+    def validate_tokens(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens`, from the first, would be accepted in turn (the policy is left as it was)."""
+        n = 0
+        for token in tokens:
+            if not _allows(self.mask_source(), token):
+                break
+            self.accept_token(token)
+            n += 1
+        self.rollback(n)
+        return n
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last `n` accepted tokens (calls they completed are forgotten)."""
+        if n < 0 or n > len(self._history):
+            raise ValueError(f"cannot roll back {n} tokens of {len(self._history)}")
+        for _ in range(n):
+            snap = self._history.pop()
+            self.tokens.pop()
+            self.mode = snap.mode
+            self._tail = snap.tail
+            self._recent = snap.recent
+            self._pending_trigger = list(snap.pending_trigger)
+            del self.events[snap.events :]
+            self._guide = snap.guide
+            if snap.guide is not None:
+                snap.guide.rollback(len(snap.guide.tokens) - snap.guide_tokens)
+
     def stop(self) -> None:
         """End the sequence now (the caller decided it is complete, e.g. a ReAct `Finish`)."""
         self.mode = Mode.DONE
@@ -203,7 +302,9 @@ class CallController:
         """Tokens the caller appends in text mode (a tool's result): part of the sequence, never a trigger."""
         if self.mode is not Mode.TEXT:
             raise ValueError("text can only be injected in text mode")
-        self.tokens.extend(tokens)
+        for token in tokens:
+            self._history.append(_Snapshot(self.mode, self._tail, self._recent, None, 0, (), len(self.events)))
+            self.tokens.append(token)
         self._tail = b""
         self._recent = b""
 
@@ -268,16 +369,20 @@ class FreeController:
         """Whether the sequence is finished."""
         return self.mode is Mode.DONE
 
-    def allowed(self) -> np.ndarray | None:
+    def mask_source(self) -> MaskSource:
         """Every token is allowed."""
         return None
+
+    def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
+        """Allow every token in row `row`."""
+        out[row] = -1
 
     def forced(self) -> list[int]:
         """The `start` tokens, once; nothing after them is forced."""
         start, self._start = self._start, []
         return start
 
-    def feed(self, token_id: int) -> CallEvent | None:
+    def accept_token(self, token_id: int) -> CallEvent | None:
         """Take the next token; report a call when the text now ends with one."""
         self.tokens.append(token_id)
         if token_id in self.vocab.eos_ids:

@@ -1,6 +1,7 @@
 """tooldec's own generation loop: a batch of sequences, a KV cache, jump-forward and tool results in place.
 
-Every step each live row contributes its pending tokens (one sampled token, or several when a forced stretch
+Every step each live row's policy writes its packed mask into one `int32[B, W]` array (one batched call), the
+mask is applied to the step's logits in place (one kernel), and each row samples. Each live row contributes its pending tokens (one sampled token, or several when a forced stretch
 or a tool's result is appended); rows are left-padded to the same width and the padding is masked out, so
 one forward pass serves the whole batch however many tokens each row adds. Position ids follow the
 attention mask, so padding never shifts a row's positions.
@@ -13,15 +14,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
-from tooldec.decoding.controller import CallController, CallEvent, FreeController
+from tooldec.decoding.controller import CallEvent, Policy, fill_bitmasks
 from tooldec.decoding.kv_cache import GrowingCache
 from tooldec.decoding.prefix import PromptPrefix
-from tooldec.decoding.sampling import SamplingParams, sample_token
+from tooldec.decoding.sampling import SamplingParams, apply_token_bitmask_inplace, sample_token
 from tooldec.vocab import Vocabulary
 
-Controller = CallController | FreeController
+Controller = Policy
 OnCall = Callable[[int, CallEvent], str | None]
 """Called when row `int` finishes a call: returns the text to append (a tool's result), or None to end the row."""
 
@@ -88,6 +90,7 @@ class Decoder:
             mask_cols.append(torch.ones((n, reused), dtype=torch.long))
         pending: list[list[int]] = [list(p[reused:]) for p in prompts]
         model_time = 0.0
+        bitmask = np.empty((n, (self.vocab.size + 31) // 32), dtype=np.int32)
         for row in range(n):
             if live[row] and jump_forward:
                 self._take_forced(row, controllers[row], gens[row], pending[row], on_call)
@@ -118,14 +121,19 @@ class Decoder:
                 if live[row]:
                     gens[row].forward_passes += 1
             pending = [[] for _ in range(n)]
+            rows = []
             for row in range(n):
-                if not live[row]:
-                    continue
-                ctrl, gen = controllers[row], gens[row]
-                if gen.sampled_tokens + gen.forced_tokens >= max_new_tokens:
+                if live[row] and gens[row].sampled_tokens + gens[row].forced_tokens >= max_new_tokens:
                     live[row] = False
-                    continue
-                token = sample_token(logits[row], ctrl.allowed(), params, generator)
+                elif live[row]:
+                    rows.append(row)
+            if not rows:
+                break
+            fill_bitmasks([controllers[r] for r in rows], bitmask, rows)
+            apply_token_bitmask_inplace(logits, bitmask, rows)
+            for row in rows:
+                ctrl, gen = controllers[row], gens[row]
+                token = sample_token(logits[row], params, generator)
                 gen.sampled_tokens += 1
                 pending[row].append(token)
                 self._feed(row, ctrl, gen, token, pending[row], on_call)
@@ -156,7 +164,7 @@ class Decoder:
         on_call: OnCall | None,
     ) -> None:
         """Give one token to the controller; a finished call may append the tool's result."""
-        event = ctrl.feed(token)
+        event = ctrl.accept_token(token)
         if event is None or on_call is None:
             return
         result = on_call(row, event)

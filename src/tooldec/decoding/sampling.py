@@ -1,11 +1,15 @@
-"""Algorithm 1 of ToolDec: mask the logits, renormalise, then greedy, temperature or top-p sampling."""
+"""Algorithm 1 of ToolDec: mask the logits (a packed bitmask applied in place), renormalise, then greedy,
+temperature or top-p sampling."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from tooldec import _core
 
 
 @dataclass(frozen=True)
@@ -30,25 +34,60 @@ class SamplingParams:
         return torch.Generator().manual_seed(self.seed)
 
 
-def apply_mask(logits: torch.Tensor, allowed: np.ndarray | None) -> torch.Tensor:
-    """Logits with every token outside the boolean `allowed` mask set to -inf (None allows every token)."""
-    if allowed is None:
-        return logits
-    n = logits.shape[-1]
-    keep = torch.zeros(n, dtype=torch.bool)
-    m = min(n, len(allowed))
-    keep[:m] = torch.from_numpy(allowed[:m])
-    return logits.masked_fill(~keep.to(logits.device), float("-inf"))
+def apply_token_bitmask_inplace(
+    logits: torch.Tensor, bitmask: np.ndarray | torch.Tensor, indices: Sequence[int] | None = None
+) -> None:
+    """Set the logits of disallowed tokens to -inf in place: row r of `logits` by row r of the packed
+    `int32[B, W]` bitmask, for the rows in `indices` (default all). Columns past the mask's reach are disallowed.
+
+    A contiguous float32 CPU tensor goes through the compiled kernel (no copy, no GIL); anything else (another
+    dtype or device) through torch's own ops on its device."""
+    if logits.dim() == 1:
+        apply_token_bitmask_inplace(logits.unsqueeze(0), _as_2d(bitmask), indices)
+        return
+    rows, vocab = logits.shape
+    mask = _as_2d(bitmask)
+    if mask.shape[0] != rows:
+        raise ValueError(f"{rows} rows of logits but {mask.shape[0]} rows of bitmask")
+    if (
+        logits.device.type == "cpu"
+        and logits.dtype == torch.float32
+        and logits.stride(1) == 1
+        and isinstance(mask, np.ndarray)
+        and mask.dtype == np.int32
+        and mask.flags.c_contiguous
+    ):
+        which = None if indices is None else np.ascontiguousarray(indices, dtype=np.int32)
+        _core.apply_bitmask_f32(
+            logits.data_ptr(), rows, vocab, logits.stride(0), mask.ctypes.data, mask.shape[1],
+            0 if which is None else which.ctypes.data, 0 if which is None else which.size,
+        )
+        return
+    words = torch.as_tensor(mask, device=logits.device)
+    shifts = torch.arange(32, device=logits.device, dtype=torch.int32)
+    bits = ((words.unsqueeze(-1) >> shifts) & 1).bool().reshape(rows, -1)
+    keep = torch.zeros((rows, vocab), dtype=torch.bool, device=logits.device)
+    reach = min(vocab, bits.shape[1])
+    keep[:, :reach] = bits[:, :reach]
+    if indices is None:
+        logits.masked_fill_(~keep, float("-inf"))
+    else:
+        idx = torch.as_tensor(list(indices), dtype=torch.long, device=logits.device)
+        logits[idx] = logits[idx].masked_fill(~keep[idx], float("-inf"))
+
+
+def _as_2d(bitmask: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    return bitmask.reshape(1, -1) if bitmask.ndim == 1 else bitmask
 
 
 def sample_token(
     logits: torch.Tensor,
-    allowed: np.ndarray | None,
     params: SamplingParams,
     generator: torch.Generator | None = None,
 ) -> int:
-    """One token id from a 1-D logits row: mask, renormalise (softmax over allowed), then greedy or sample."""
-    masked = apply_mask(logits.float(), allowed)
+    """One token id from a 1-D logits row already masked (disallowed = -inf): renormalise (softmax over the
+    allowed tokens), then greedy, temperature or top-p. Raises ValueError when nothing is allowed."""
+    masked = logits.float()
     if not torch.isfinite(masked).any():
         raise ValueError("no token is allowed: the mask is empty")
     if params.temperature == 0:

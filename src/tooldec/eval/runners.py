@@ -22,7 +22,6 @@ from tooldec.agents.executor import ToolExecutor, ToolResult
 from tooldec.agents.react import FINISH, ReactAgent, describe_tools, react_prompt
 from tooldec.agents.toolken import ToolkenAgent
 from tooldec.backends.loader import LoadedModel
-from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController, Trigger
 from tooldec.decoding.decoder import Decoder, Generation
 from tooldec.decoding.prefix import PromptPrefix
@@ -359,7 +358,7 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
     names = list(kt.tools.names)
     fmt = ToolkenCall()
     checker = SyntaxChecker(kt.tools, "toolken")
-    grammar = Compiler(lm.vocab).compile(kt.tools, "toolken") if decoding == "tooldec" else None
+    grammar = lm.compiler.compile(kt.tools, "toolken") if decoding == "tooldec" else None
     per_tool = len(_encode(lm)(", ".join(names))) / len(names)
     decoder = Decoder(lm.model, lm.vocab)
     max_new = 48
@@ -558,13 +557,13 @@ def _bfcl(
     parallel = data.category.startswith("parallel")
     max_calls = 8 if parallel else 1
     uses_tools = template_uses_tools(lm)
-    compiler = Compiler(lm.vocab)
+    compiler = lm.compiler
     decoder = Decoder(lm.model, lm.vocab)
     encode = _encode(lm)
     fuzzy = decoding == "fuzzy"
     max_new = 256 if parallel else 160
     choice: Literal["auto", "required"] = "required" if tool_choice == "required" else "auto"
-    start_tokens = Trigger.of(lm.vocab, TOOL_CALL_OPEN).tokens() if tool_choice == "required" else []
+    start_tokens = Trigger(compiler.prepared, TOOL_CALL_OPEN).tokens() if tool_choice == "required" else []
 
     def start(item: datasets.BfclItem) -> tuple[list[int], CallController | FreeController]:
         """The entry's prompt (chat template with its functions) and the controller that decodes it."""

@@ -1,7 +1,8 @@
 """Forced stretches: from a DFA state, the bytes that are the only possible continuation.
 
-Appending them without asking the model ("jump forward") saves a forward pass per forced token. The bytes
-are re-tokenised canonically (the tokenizer's own split), never spelled byte by byte.
+Decoding appends them without asking the model ("jump forward"), which saves a forward pass per forced token;
+it re-tokenises them canonically (the tokenizer's own split), never byte by byte. Each compiled grammar owns
+one ForcedText, so its cache lives and dies with the grammar.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class ForcedText:
         self._class_bytes: dict[int, list[int]] = {}
         for byte, cls in enumerate(classes.tolist()):
             self._class_bytes.setdefault(cls, []).append(byte)
-        self._cache: dict[int, bytes] = {}
+        self._cache: dict[int, bytes] = {}  # bounded by the number of states; racing writers store equal values
 
     def _single_byte(self, state: int) -> tuple[int, int] | None:
         """The only byte allowed in `state` and the state it leads to, or None."""

@@ -1,0 +1,973 @@
+// tooldec's compiled core: subset construction and DFA products, the vocabulary trie, the token index, and the
+// per-step batch operations (fill packed bitmasks for many rows, apply a bitmask to logits in place).
+//
+// Everything here works on raw buffers (numpy arrays, data pointers). The Python layer above owns the grammar,
+// the call formats and the decoding policy; this file owns what runs per byte or per token.
+//
+// The token index, in one algorithm: the vocabulary's token byte strings, sorted, form a trie laid out in
+// preorder (each node: its byte, its depth, the end of its subtree, the token ids that end there). A state's
+// allowed tokens come from one walk of that array with a stack of DFA states by depth: a node whose byte is
+// dead from its parent's state skips its whole subtree (a jump to its subtree end), every live node that ends a
+// token allows that token. The result is kept per state as a packed bitmask (dense words, or (word, bits) pairs
+// when that is smaller), computed on first visit and then read by any thread without a lock.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr int32_t DEAD = 0;
+constexpr int32_t FINAL = -1;
+// A state with more live bytes than this is wide: its tokens are found through its region (see Index::Region).
+// Below it, the plain walk prunes at the first byte and costs a few microseconds.
+constexpr int32_t NARROW = 4;
+// Regions with more states are not shared (their signature would cost more than it saves).
+constexpr int32_t MAX_REGION_STATES = 128;
+
+template <typename T>
+using carray = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+struct SchemaTooLarge : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Pruning and layout of a DFA given as rows of (byte mask id, target), shared by subset construction and products.
+
+struct Dfa {
+  std::vector<int32_t> trans;  // n * nc
+  std::vector<uint8_t> classes;
+  std::vector<uint8_t> accepting;
+  int32_t n = 0, nc = 0, start = 0;
+};
+
+using Mask = std::array<uint64_t, 4>;
+
+struct MaskHash {
+  size_t operator()(const Mask& m) const {
+    uint64_t h = m[0] * 0x9E3779B97F4A7C15ULL;
+    h ^= m[1] + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    h ^= m[2] + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    h ^= m[3] + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h);
+  }
+};
+
+inline bool mask_has(const Mask& m, int b) { return (m[b >> 6] >> (b & 63)) & 1; }
+
+// rows[s]: (mask, target) pairs with disjoint masks. Prunes states that cannot reach acceptance, renumbers
+// (dead 0, start 1), computes the coarsest byte classes the kept masks need.
+Dfa finish(const std::vector<std::vector<std::pair<Mask, int32_t>>>& rows, const std::vector<uint8_t>& accepting) {
+  const int32_t n = static_cast<int32_t>(rows.size());
+  std::vector<std::vector<int32_t>> reverse(n);
+  for (int32_t s = 0; s < n; ++s)
+    for (auto& [m, t] : rows[s]) reverse[t].push_back(s);
+  std::vector<uint8_t> alive(n, 0);
+  std::vector<int32_t> stack;
+  for (int32_t s = 0; s < n; ++s)
+    if (accepting[s]) {
+      alive[s] = 1;
+      stack.push_back(s);
+    }
+  while (!stack.empty()) {
+    int32_t s = stack.back();
+    stack.pop_back();
+    for (int32_t p : reverse[s])
+      if (!alive[p]) {
+        alive[p] = 1;
+        stack.push_back(p);
+      }
+  }
+  if (n > 0) alive[DEAD] = 0;
+  std::vector<int32_t> new_id(n, 0);
+  int32_t count = 1;
+  if (n > 1 && alive[1])
+    for (int32_t s = 1; s < n; ++s)
+      if (alive[s]) new_id[s] = count++;
+  // byte classes: bytes with the same membership in every kept mask share a class
+  std::vector<uint64_t> sig_lo(256, 0), sig_hi(256, 0);  // running signature as (class id) refinement
+  std::vector<int32_t> cls(256, 0);
+  std::unordered_map<Mask, int, MaskHash> seen;
+  for (int32_t s = 1; s < n; ++s) {
+    if (!alive[s]) continue;
+    for (auto& [m, t] : rows[s]) {
+      if (!alive[t] || seen.count(m)) continue;
+      seen.emplace(m, 0);
+      // refine: class c splits into (c, in) and (c, out)
+      std::unordered_map<int64_t, int32_t> remap;
+      int32_t next = 0;
+      for (int b = 0; b < 256; ++b) {
+        int64_t key = static_cast<int64_t>(cls[b]) * 2 + (mask_has(m, b) ? 1 : 0);
+        auto it = remap.find(key);
+        if (it == remap.end()) it = remap.emplace(key, next++).first;
+        cls[b] = it->second;
+      }
+    }
+  }
+  // renumber classes in order of first byte
+  std::vector<int32_t> order(257, -1);
+  int32_t nc = 0;
+  for (int b = 0; b < 256; ++b)
+    if (order[cls[b]] < 0) order[cls[b]] = nc++;
+  Dfa d;
+  d.classes.resize(256);
+  std::vector<int> rep(nc, -1);
+  for (int b = 0; b < 256; ++b) {
+    d.classes[b] = static_cast<uint8_t>(order[cls[b]]);
+    if (rep[d.classes[b]] < 0) rep[d.classes[b]] = b;
+  }
+  d.n = count;
+  d.nc = nc;
+  d.trans.assign(static_cast<size_t>(count) * nc, DEAD);
+  d.accepting.assign(count, 0);
+  for (int32_t s = 1; s < n; ++s) {
+    if (!alive[s]) continue;
+    int32_t ns = new_id[s];
+    d.accepting[ns] = accepting[s];
+    int32_t* row = d.trans.data() + static_cast<size_t>(ns) * nc;
+    for (auto& [m, t] : rows[s]) {
+      if (!alive[t]) continue;
+      for (int c = 0; c < nc; ++c)
+        if (mask_has(m, rep[c])) row[c] = new_id[t];
+    }
+  }
+  d.start = count > 1 ? 1 : DEAD;
+  return d;
+}
+
+py::tuple to_python(const Dfa& d) {
+  py::array_t<int32_t> trans({static_cast<py::ssize_t>(d.n), static_cast<py::ssize_t>(d.nc)});
+  std::memcpy(trans.mutable_data(), d.trans.data(), d.trans.size() * sizeof(int32_t));
+  py::array_t<uint8_t> classes(256);
+  std::memcpy(classes.mutable_data(), d.classes.data(), 256);
+  py::array_t<bool> acc(d.n);
+  for (int32_t i = 0; i < d.n; ++i) acc.mutable_data()[i] = d.accepting[i] != 0;
+  return py::make_tuple(trans, classes, acc, d.start);
+}
+
+void check_signals(size_t& tick) {
+  if ((++tick & 1023) == 0 && PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Subset construction. The NFA arrives as CSR arrays: byte edges (mask id, target) and epsilon edges per state.
+
+py::tuple determinize(carray<int64_t> edge_ptr, carray<int32_t> edge_mask, carray<int32_t> edge_target,
+                      carray<uint8_t> masks, carray<int64_t> eps_ptr, carray<int32_t> eps_target, int32_t start,
+                      int32_t accept, int64_t max_states) {
+  const int32_t n = static_cast<int32_t>(edge_ptr.shape(0) - 1);
+  const int64_t* ep = edge_ptr.data();
+  const int32_t* em = edge_mask.data();
+  const int32_t* et = edge_target.data();
+  const int64_t* xp = eps_ptr.data();
+  const int32_t* xt = eps_target.data();
+  const int32_t n_masks = static_cast<int32_t>(masks.shape(0));
+  std::vector<Mask> mask_list(n_masks);
+  for (int32_t i = 0; i < n_masks; ++i) std::memcpy(mask_list[i].data(), masks.data() + 32 * i, 32);
+  // byte classes over every mask, then each mask as a list of classes
+  std::vector<int32_t> cls(256, 0);
+  int32_t nc = 1;
+  for (int32_t i = 0; i < n_masks; ++i) {
+    std::vector<int32_t> remap(2 * nc, -1);
+    int32_t next = 0;
+    for (int b = 0; b < 256; ++b) {
+      int k = cls[b] * 2 + (mask_has(mask_list[i], b) ? 1 : 0);
+      if (remap[k] < 0) remap[k] = next++;
+      cls[b] = remap[k];
+    }
+    nc = next;
+  }
+  std::vector<Mask> class_mask(nc, Mask{0, 0, 0, 0});
+  for (int b = 0; b < 256; ++b) class_mask[cls[b]][b >> 6] |= 1ULL << (b & 63);
+  std::vector<std::vector<int32_t>> mask_classes(n_masks);
+  for (int32_t i = 0; i < n_masks; ++i) {
+    std::vector<uint8_t> in(nc, 0);
+    for (int b = 0; b < 256; ++b)
+      if (mask_has(mask_list[i], b)) in[cls[b]] = 1;
+    for (int c = 0; c < nc; ++c)
+      if (in[c]) mask_classes[i].push_back(c);
+  }
+  // epsilon closures, kept to the states that matter (byte edges or the accept state), memoised
+  std::vector<std::vector<int32_t>> closure(n);
+  std::vector<uint8_t> have(n, 0);
+  std::vector<int32_t> mark(n, -1);
+  int32_t stamp = 0;
+  std::vector<int32_t> stack;
+  auto closure_of = [&](int32_t s) -> const std::vector<int32_t>& {
+    if (have[s]) return closure[s];
+    ++stamp;
+    std::vector<int32_t> out;
+    stack.assign(1, s);
+    mark[s] = stamp;
+    while (!stack.empty()) {
+      int32_t u = stack.back();
+      stack.pop_back();
+      if (ep[u + 1] > ep[u] || u == accept) out.push_back(u);
+      for (int64_t k = xp[u]; k < xp[u + 1]; ++k) {
+        int32_t v = xt[k];
+        if (mark[v] != stamp) {
+          mark[v] = stamp;
+          stack.push_back(v);
+        }
+      }
+    }
+    std::sort(out.begin(), out.end());
+    closure[s] = std::move(out);
+    have[s] = 1;
+    return closure[s];
+  };
+  struct VecHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+      uint64_t h = 1469598103934665603ULL;
+      for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ULL;
+      return static_cast<size_t>(h);
+    }
+  };
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
+  std::vector<const std::vector<int32_t>*> order;
+  std::vector<std::vector<int32_t>> rows_cls;  // per DFA state: target per class (-1 none)
+  std::vector<uint8_t> accepting;
+  static const std::vector<int32_t> empty;
+  order.push_back(&empty);
+  rows_cls.emplace_back();
+  accepting.push_back(0);
+  auto intern = [&](std::vector<int32_t>&& key) -> int32_t {
+    auto it = ids.find(key);
+    if (it != ids.end()) return it->second;
+    int32_t id = static_cast<int32_t>(order.size());
+    if (id >= max_states) throw SchemaTooLarge("the automaton would exceed " + std::to_string(max_states) + " DFA states");
+    auto ins = ids.emplace(std::move(key), id).first;
+    order.push_back(&ins->first);
+    rows_cls.emplace_back();
+    accepting.push_back(std::binary_search(ins->first.begin(), ins->first.end(), accept) ? 1 : 0);
+    return id;
+  };
+  intern(std::vector<int32_t>(closure_of(start)));
+  std::vector<std::vector<int32_t>> bucket(nc);
+  std::vector<int32_t> used;
+  std::vector<int32_t> union_mark(n, -1);
+  int32_t union_stamp = 0;
+  size_t tick = 0;
+  for (size_t i = 1; i < order.size(); ++i) {
+    check_signals(tick);
+    const std::vector<int32_t>& cur = *order[i];
+    used.clear();
+    for (int32_t s : cur)
+      for (int64_t k = ep[s]; k < ep[s + 1]; ++k)
+        for (int32_t c : mask_classes[em[k]]) {
+          if (bucket[c].empty()) used.push_back(c);
+          bucket[c].push_back(et[k]);
+        }
+    std::vector<int32_t> row(nc, -1);
+    // classes with the same target list share the same successor: memo per list
+    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> memo;
+    for (int32_t c : used) {
+      std::vector<int32_t>& targets = bucket[c];
+      std::sort(targets.begin(), targets.end());
+      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+      auto mit = memo.find(targets);
+      int32_t tid;
+      if (mit != memo.end()) {
+        tid = mit->second;
+      } else {
+        std::vector<int32_t> key;
+        if (targets.size() == 1) {
+          key = closure_of(targets[0]);
+        } else {
+          ++union_stamp;
+          for (int32_t t : targets)
+            for (int32_t u : closure_of(t))
+              if (union_mark[u] != union_stamp) {
+                union_mark[u] = union_stamp;
+                key.push_back(u);
+              }
+          std::sort(key.begin(), key.end());
+        }
+        tid = intern(std::move(key));
+        memo.emplace(targets, tid);
+      }
+      row[c] = tid;
+      targets.clear();
+    }
+    rows_cls[i] = std::move(row);
+  }
+  // rows as (mask, target) with disjoint masks: union the classes that go to the same target
+  const size_t N = order.size();
+  std::vector<std::vector<std::pair<Mask, int32_t>>> rows(N);
+  for (size_t i = 1; i < N; ++i) {
+    std::unordered_map<int32_t, Mask> by_target;
+    for (int c = 0; c < nc; ++c) {
+      int32_t t = rows_cls[i][c];
+      if (t < 0) continue;
+      Mask& m = by_target.try_emplace(t, Mask{0, 0, 0, 0}).first->second;
+      for (int w = 0; w < 4; ++w) m[w] |= class_mask[c][w];
+    }
+    for (auto& [t, m] : by_target) rows[i].emplace_back(m, t);
+  }
+  return to_python(finish(rows, accepting));
+}
+
+// Product of two DFAs (intersection, or difference a \ b), by breadth-first search over state pairs.
+py::tuple product(carray<int32_t> a_trans, carray<uint8_t> a_classes, carray<bool> a_acc, int32_t a_start,
+                  carray<int32_t> b_trans, carray<uint8_t> b_classes, carray<bool> b_acc, int32_t b_start,
+                  bool difference, int64_t max_states) {
+  const int32_t anc = static_cast<int32_t>(a_trans.shape(1)), bnc = static_cast<int32_t>(b_trans.shape(1));
+  const int32_t* at = a_trans.data();
+  const int32_t* bt = b_trans.data();
+  const bool* aa = a_acc.data();
+  const bool* ba = b_acc.data();
+  // joint classes
+  std::vector<std::pair<int32_t, int32_t>> joint;
+  std::vector<Mask> joint_mask;
+  {
+    std::unordered_map<int64_t, int32_t> seen;
+    for (int b = 0; b < 256; ++b) {
+      int64_t key = static_cast<int64_t>(a_classes.data()[b]) * 65536 + b_classes.data()[b];
+      auto it = seen.find(key);
+      if (it == seen.end()) {
+        it = seen.emplace(key, static_cast<int32_t>(joint.size())).first;
+        joint.emplace_back(a_classes.data()[b], b_classes.data()[b]);
+        joint_mask.push_back(Mask{0, 0, 0, 0});
+      }
+      joint_mask[it->second][b >> 6] |= 1ULL << (b & 63);
+    }
+  }
+  std::unordered_map<int64_t, int32_t> ids;
+  std::vector<std::pair<int32_t, int32_t>> order{{DEAD, DEAD}, {a_start, b_start}};
+  ids.emplace(static_cast<int64_t>(a_start) << 32 | static_cast<uint32_t>(b_start), 1);
+  std::vector<std::vector<std::pair<Mask, int32_t>>> rows(2);
+  std::vector<uint8_t> accepting{0};
+  size_t tick = 0;
+  for (size_t i = 1; i < order.size(); ++i) {
+    check_signals(tick);
+    auto [sa, sb] = order[i];
+    accepting.push_back(aa[sa] && (difference ? !ba[sb] : ba[sb]));
+    if (sa == DEAD || (sb == DEAD && !difference)) continue;
+    std::unordered_map<int32_t, Mask> by_target;
+    for (size_t j = 0; j < joint.size(); ++j) {
+      int32_t ta = at[static_cast<size_t>(sa) * anc + joint[j].first];
+      int32_t tb = bt[static_cast<size_t>(sb) * bnc + joint[j].second];
+      if (ta == DEAD || (tb == DEAD && !difference)) continue;
+      int64_t key = static_cast<int64_t>(ta) << 32 | static_cast<uint32_t>(tb);
+      auto it = ids.find(key);
+      int32_t tid;
+      if (it == ids.end()) {
+        tid = static_cast<int32_t>(order.size());
+        if (tid >= max_states) throw SchemaTooLarge("the automaton would exceed " + std::to_string(max_states) + " DFA states");
+        ids.emplace(key, tid);
+        order.emplace_back(ta, tb);
+        rows.emplace_back();
+      } else {
+        tid = it->second;
+      }
+      Mask& m = by_target.try_emplace(tid, Mask{0, 0, 0, 0}).first->second;
+      for (int w = 0; w < 4; ++w) m[w] |= joint_mask[j][w];
+    }
+    for (auto& [t, m] : by_target) rows[i].emplace_back(m, t);
+  }
+  return to_python(finish(rows, accepting));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The vocabulary: token bytes by id, and the same tokens as a preorder trie.
+
+class Vocab {
+ public:
+  Vocab(carray<uint8_t> flat, carray<int64_t> offsets, carray<int32_t> eos, int32_t size) : size_(size) {
+    const int64_t n = offsets.shape(0) - 1;
+    if (n > size) throw std::invalid_argument("more token byte strings than the vocabulary size");
+    words_ = (size + 31) / 32;
+    bytes_.assign(flat.data(), flat.data() + flat.shape(0));
+    off_.assign(offsets.data(), offsets.data() + offsets.shape(0));
+    off_.resize(size + 1, off_.back());  // ids past the tokenizer (model padding) have no bytes
+    eos_.assign(eos.data(), eos.data() + eos.shape(0));
+    for (int32_t e : eos_)
+      if (e < 0 || e >= size) throw std::invalid_argument("EOS id outside the vocabulary");
+    build_trie();
+  }
+
+  int32_t size() const { return size_; }
+  int32_t words() const { return words_; }
+  int64_t num_nodes() const { return static_cast<int64_t>(node_byte_.size()); }
+  const std::vector<int32_t>& eos() const { return eos_; }
+
+  // The trie in preorder. Node k: byte node_byte_[k] at depth node_depth_[k] (1 = first byte), its subtree is
+  // [k, node_end_[k]), the tokens ending at it are tok_[tok_ptr_[k] .. tok_ptr_[k + 1]).
+  std::vector<uint8_t> node_byte_;
+  std::vector<int32_t> node_depth_, node_end_, tok_ptr_, tok_;
+  int32_t max_len_ = 0;
+  int32_t root_[256];  // the node of each first byte, or -1
+  std::vector<uint8_t> bytes_;
+  std::vector<int64_t> off_;
+
+ private:
+  void build_trie() {
+    std::vector<int32_t> ids;
+    for (int32_t t = 0; t < size_; ++t)
+      if (off_[t + 1] > off_[t]) ids.push_back(t);
+    const uint8_t* b = bytes_.data();
+    auto less = [&](int32_t x, int32_t y) {
+      int64_t lx = off_[x + 1] - off_[x], ly = off_[y + 1] - off_[y];
+      int c = std::memcmp(b + off_[x], b + off_[y], static_cast<size_t>(std::min(lx, ly)));
+      return c != 0 ? c < 0 : lx < ly;
+    };
+    std::stable_sort(ids.begin(), ids.end(), less);
+    std::vector<int32_t> path;  // node index per depth - 1
+    std::vector<std::vector<int32_t>> node_tokens;
+    int64_t prev_off = 0, prev_len = 0;
+    for (int32_t t : ids) {
+      const int64_t o = off_[t], len = off_[t + 1] - off_[t];
+      max_len_ = std::max<int32_t>(max_len_, static_cast<int32_t>(len));
+      int64_t lcp = 0;
+      const int64_t lim = std::min<int64_t>(len, prev_len);
+      while (lcp < lim && b[o + lcp] == b[prev_off + lcp]) ++lcp;
+      lcp = std::min<int64_t>(lcp, static_cast<int64_t>(path.size()));
+      while (static_cast<int64_t>(path.size()) > lcp) {
+        node_end_[path.back()] = static_cast<int32_t>(node_byte_.size());
+        path.pop_back();
+      }
+      for (int64_t d = lcp; d < len; ++d) {
+        path.push_back(static_cast<int32_t>(node_byte_.size()));
+        node_byte_.push_back(b[o + d]);
+        node_depth_.push_back(static_cast<int32_t>(d + 1));
+        node_end_.push_back(0);
+        node_tokens.emplace_back();
+      }
+      node_tokens[path.back()].push_back(t);
+      prev_off = o;
+      prev_len = len;
+    }
+    while (!path.empty()) {
+      node_end_[path.back()] = static_cast<int32_t>(node_byte_.size());
+      path.pop_back();
+    }
+    for (int b = 0; b < 256; ++b) root_[b] = -1;
+    for (size_t k = 0; k < node_byte_.size(); ++k)
+      if (node_depth_[k] == 1) root_[node_byte_[k]] = static_cast<int32_t>(k);
+    tok_ptr_.assign(1, 0);
+    for (auto& v : node_tokens) {
+      tok_.insert(tok_.end(), v.begin(), v.end());
+      tok_ptr_.push_back(static_cast<int32_t>(tok_.size()));
+    }
+  }
+
+  int32_t size_, words_;
+  std::vector<int32_t> eos_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// The token index of one DFA over one vocabulary.
+
+struct Entry {
+  std::vector<uint32_t> dense;                        // W words, or empty when sparse
+  std::vector<std::pair<int32_t, uint32_t>> sparse;  // (word, bits) when that is smaller
+  int64_t count = 0;                                  // allowed tokens, EOS included
+};
+
+class Index {
+ public:
+  Index(std::shared_ptr<Vocab> vocab, carray<int32_t> trans, carray<uint8_t> classes, carray<bool> accepting)
+      : vocab_(std::move(vocab)) {
+    n_ = static_cast<int32_t>(trans.shape(0));
+    nc_ = static_cast<int32_t>(trans.shape(1));
+    trans_.assign(trans.data(), trans.data() + static_cast<size_t>(n_) * nc_);
+    std::memcpy(classes_, classes.data(), 256);
+    accepting_.assign(accepting.data(), accepting.data() + n_);
+    for (int32_t v : trans_)
+      if (v < 0 || v >= n_) throw std::invalid_argument("a transition leads outside the automaton");
+    class_size_.assign(nc_, 0);
+    for (int b = 0; b < 256; ++b) class_size_[classes_[b]] += 1;
+    width_.assign(n_, 0);
+    for (int32_t s = 0; s < n_; ++s)
+      for (int c = 0; c < nc_; ++c)
+        if (trans_[static_cast<size_t>(s) * nc_ + c] != DEAD) width_[s] += class_size_[c];
+    entries_ = std::make_unique<std::atomic<Entry*>[]>(n_);
+    for (int32_t i = 0; i < n_; ++i) entries_[i].store(nullptr, std::memory_order_relaxed);
+  }
+  ~Index() {
+    for (int32_t i = 0; i < n_; ++i) delete entries_[i].load();
+  }
+  Index(const Index&) = delete;
+  Index& operator=(const Index&) = delete;
+
+  int32_t num_states() const { return n_; }
+  int32_t words() const { return vocab_->words(); }
+  bool accepting(int32_t s) const { return s > DEAD && s < n_ && accepting_[s]; }
+  const std::shared_ptr<Vocab>& vocab() const { return vocab_; }
+
+  int32_t step(int32_t s, uint8_t b) const { return trans_[static_cast<size_t>(s) * nc_ + classes_[b]]; }
+
+  // The state after token t from s: FINAL after EOS in an accepting state, DEAD when not allowed.
+  int32_t next_state(int32_t s, int32_t t) const {
+    if (s <= DEAD || s >= n_ || t < 0 || t >= vocab_->size()) return DEAD;
+    for (int32_t e : vocab_->eos())
+      if (e == t) return accepting_[s] ? FINAL : DEAD;
+    const uint8_t* b = vocab_->bytes_.data();
+    int64_t lo = vocab_->off_[t], hi = vocab_->off_[t + 1];
+    if (lo == hi) return DEAD;
+    for (int64_t k = lo; k < hi && s != DEAD; ++k) s = step(s, b[k]);
+    return s;
+  }
+
+  // The cached entry of state s, computed on first use (thread-safe: a racing thread's duplicate is dropped).
+  const Entry& entry(int32_t s) {
+    if (s < 0 || s >= n_) throw std::out_of_range("state " + std::to_string(s) + " is not in the automaton");
+    Entry* got = entries_[s].load(std::memory_order_acquire);
+    if (got != nullptr) return *got;
+    Entry* fresh = compute(s);
+    Entry* expected = nullptr;
+    if (!entries_[s].compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) {
+      delete fresh;
+      return *expected;
+    }
+    computed_.fetch_add(1, std::memory_order_relaxed);
+    return *fresh;
+  }
+
+  int64_t num_regions() const {
+    std::lock_guard<std::mutex> lock(regions_mutex_);
+    return static_cast<int64_t>(regions_.size());
+  }
+
+  // Compute every state's entry now (all up front, Outlines-style).
+  void compute_all() {
+    for (int32_t s = 1; s < n_; ++s) entry(s);
+  }
+
+  // Walk every region of the automaton now (the expensive part of a wide state's first visit), so that a
+  // decoding step that reaches a string or a number for the first time costs its exits only.
+  void compute_regions() {
+    std::vector<int32_t> sig, exits;
+    for (int32_t s = 1; s < n_; ++s) {
+      sig.clear();
+      exits.clear();
+      if (width_[s] > NARROW && region_of(s, sig, exits)) region_walk(sig);
+    }
+  }
+
+  bool cached(int32_t s) const { return s >= 0 && s < n_ && entries_[s].load(std::memory_order_acquire) != nullptr; }
+  int64_t computed() const { return computed_.load(); }
+
+  void fill(int32_t s, int32_t* out) {
+    const int32_t W = words();
+    if (s == FINAL) {  // after EOS nothing more (callers keep EOS allowed themselves if they need to)
+      std::memset(out, 0, sizeof(int32_t) * W);
+      return;
+    }
+    const Entry& e = entry(s);
+    if (!e.dense.empty()) {
+      std::memcpy(out, e.dense.data(), sizeof(int32_t) * W);
+    } else {
+      std::memset(out, 0, sizeof(int32_t) * W);
+      for (auto& [w, bits] : e.sparse) out[w] = static_cast<int32_t>(bits);
+    }
+  }
+
+  // Walk the trie from s: emit(token, next_state) for every allowed non-EOS token, in byte order.
+  template <typename Emit>
+  void walk(int32_t s, Emit emit) const {
+    if (s <= DEAD) return;
+    const Vocab& v = *vocab_;
+    const int32_t N = static_cast<int32_t>(v.node_byte_.size());
+    std::vector<int32_t> stack(static_cast<size_t>(v.max_len_) + 1);
+    stack[0] = s;
+    const uint8_t* nb = v.node_byte_.data();
+    const int32_t* nd = v.node_depth_.data();
+    const int32_t* ne = v.node_end_.data();
+    const int32_t* tp = v.tok_ptr_.data();
+    const int32_t* tk = v.tok_.data();
+    const int32_t* tr = trans_.data();
+    const uint8_t* cl = classes_;
+    const size_t nc = static_cast<size_t>(nc_);
+    int32_t k = 0;
+    while (k < N) {
+      const int32_t d = nd[k];
+      if (d == 1 && tr[static_cast<size_t>(s) * nc + cl[nb[k]]] == DEAD) {  // skip to the next live first byte
+        int b = nb[k] + 1;
+        while (b < 256 && (v.root_[b] < 0 || tr[static_cast<size_t>(s) * nc + cl[b]] == DEAD)) ++b;
+        if (b == 256) break;
+        k = v.root_[b];
+      }
+      const int32_t t = tr[static_cast<size_t>(stack[d - 1]) * nc + cl[nb[k]]];
+      if (t == DEAD) {
+        k = ne[k];
+        continue;
+      }
+      stack[d] = t;
+      for (int32_t j = tp[k]; j < tp[k + 1]; ++j) emit(tk[j], t);
+      ++k;
+    }
+  }
+
+ private:
+  // A region: the states reachable from a wide state through wide states. Its walk depends only on its shape
+  // (the byte-level transitions between its states and towards its exits), so states of the same shape, such as
+  // the contents of every string field of a tool set, share one walk.
+  struct Region {
+    std::vector<uint32_t> stay;  // tokens that end inside the region
+    std::vector<int32_t> exit_tok, exit_pos, exit_idx;  // tokens that leave it: bytes read, which exit
+  };
+
+  int32_t width(int32_t s) const { return width_[s]; }
+
+  // The region of s: (signature, exit states), or false when s is narrow or its region too large to share.
+  // The signature is the region's transitions over this automaton's byte classes, its states numbered in
+  // breadth-first order from s (code > 0), its exits by order of discovery (code < 0), dead 0.
+  bool region_of(int32_t s, std::vector<int32_t>& sig, std::vector<int32_t>& exits) const {
+    if (width(s) <= NARROW) return false;
+    thread_local std::vector<int32_t> code, stamp;
+    thread_local int32_t epoch = 0;
+    if (static_cast<int32_t>(code.size()) < n_) {
+      code.assign(n_, 0);
+      stamp.assign(n_, 0);
+      epoch = 0;
+    }
+    ++epoch;
+    auto known = [&](int32_t t) { return stamp[t] == epoch; };
+    std::vector<int32_t> local{s};
+    stamp[s] = epoch;
+    code[s] = 1;
+    for (size_t i = 0; i < local.size(); ++i) {
+      const int32_t* row = trans_.data() + static_cast<size_t>(local[i]) * nc_;
+      for (int c = 0; c < nc_; ++c) {
+        int32_t t = row[c];
+        if (t == DEAD || known(t)) continue;
+        stamp[t] = epoch;
+        if (width(t) > NARROW) {
+          if (static_cast<int32_t>(local.size()) >= MAX_REGION_STATES) return false;
+          local.push_back(t);
+          code[t] = static_cast<int32_t>(local.size());
+        } else {
+          exits.push_back(t);
+          code[t] = -static_cast<int32_t>(exits.size());
+        }
+      }
+    }
+    // a lone state without a loop is not shared: every token would leave it at once and be an exit
+    const size_t L = local.size();
+    if (L == 1) {
+      const int32_t* row = trans_.data() + static_cast<size_t>(s) * nc_;
+      if (std::find(row, row + nc_, s) == row + nc_) return false;
+    }
+    sig.assign(L * nc_, 0);
+    for (size_t i = 0; i < L; ++i) {
+      const int32_t* row = trans_.data() + static_cast<size_t>(local[i]) * nc_;
+      for (int c = 0; c < nc_; ++c) sig[i * nc_ + c] = row[c] == DEAD ? 0 : code[row[c]];
+    }
+    return true;
+  }
+
+  std::shared_ptr<const Region> region_walk(const std::vector<int32_t>& sig) const {
+    {
+      std::lock_guard<std::mutex> lock(regions_mutex_);
+      auto it = regions_.find(sig);
+      if (it != regions_.end()) return it->second;
+    }
+    auto r = std::make_shared<Region>();
+    const Vocab& v = *vocab_;
+    r->stay.assign(words(), 0);
+    const int32_t N = static_cast<int32_t>(v.node_byte_.size());
+    std::vector<int32_t> stack(static_cast<size_t>(v.max_len_) + 1);
+    stack[0] = 1;
+    int32_t k = 0;
+    while (k < N) {
+      const int32_t d = v.node_depth_[k];
+      const int32_t c = sig[static_cast<size_t>(stack[d - 1] - 1) * nc_ + classes_[v.node_byte_[k]]];
+      if (c == 0) {
+        k = v.node_end_[k];
+        continue;
+      }
+      if (c < 0) {
+        for (int32_t j = v.tok_ptr_[k]; j < v.tok_ptr_[v.node_end_[k]]; ++j) {
+          r->exit_tok.push_back(v.tok_[j]);
+          r->exit_pos.push_back(d);
+          r->exit_idx.push_back(-c - 1);
+        }
+        k = v.node_end_[k];
+        continue;
+      }
+      stack[d] = c;
+      for (int32_t j = v.tok_ptr_[k]; j < v.tok_ptr_[k + 1]; ++j) r->stay[v.tok_[j] >> 5] |= 1u << (v.tok_[j] & 31);
+      ++k;
+    }
+    std::lock_guard<std::mutex> lock(regions_mutex_);
+    return regions_.emplace(sig, std::move(r)).first->second;
+  }
+
+  Entry* compute(int32_t s) const {
+    auto* e = new Entry();
+    const int32_t W = words();
+    std::vector<uint32_t> bits;
+    int64_t count = 0;
+    std::vector<int32_t> sig, exits;
+    if (region_of(s, sig, exits)) {
+      auto r = region_walk(sig);
+      bits = r->stay;
+      const uint8_t* b = vocab_->bytes_.data();
+      for (size_t i = 0; i < r->exit_tok.size(); ++i) {
+        const int32_t t = r->exit_tok[i];
+        int32_t st = exits[r->exit_idx[i]];
+        for (int64_t q = vocab_->off_[t] + r->exit_pos[i]; q < vocab_->off_[t + 1] && st != DEAD; ++q) st = step(st, b[q]);
+        if (st != DEAD) bits[t >> 5] |= 1u << (t & 31);
+      }
+    } else {
+      std::vector<int32_t> ids;
+      walk(s, [&](int32_t t, int32_t) { ids.push_back(t); });
+      if (accepting(s)) ids.insert(ids.end(), vocab_->eos().begin(), vocab_->eos().end());
+      if (static_cast<int64_t>(ids.size()) * 8 < W) {  // few tokens: straight to sparse words
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        for (int32_t t : ids) {
+          if (e->sparse.empty() || e->sparse.back().first != (t >> 5)) e->sparse.emplace_back(t >> 5, 0u);
+          e->sparse.back().second |= 1u << (t & 31);
+        }
+        e->count = static_cast<int64_t>(ids.size());
+        return e;
+      }
+      bits.assign(W, 0);
+      for (int32_t t : ids) bits[t >> 5] |= 1u << (t & 31);
+    }
+    if (accepting(s))
+      for (int32_t t : vocab_->eos()) bits[t >> 5] |= 1u << (t & 31);
+    int64_t nonzero = 0;
+    for (uint32_t w : bits) {
+      nonzero += w != 0;
+      count += __builtin_popcount(w);
+    }
+    e->count = count;
+    if (nonzero * 4 < W) {  // pairs take 8 bytes a word against 4 for dense; sparse when clearly smaller
+      e->sparse.reserve(nonzero);
+      for (int32_t w = 0; w < W; ++w)
+        if (bits[w]) e->sparse.emplace_back(w, bits[w]);
+    } else {
+      e->dense = std::move(bits);
+    }
+    return e;
+  }
+
+  struct SigHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+      uint64_t h = 1469598103934665603ULL;
+      for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ULL;
+      return static_cast<size_t>(h);
+    }
+  };
+  mutable std::mutex regions_mutex_;
+  mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const Region>, SigHash> regions_;
+  std::vector<int32_t> class_size_, width_;
+
+  std::shared_ptr<Vocab> vocab_;
+  int32_t n_ = 0, nc_ = 0;
+  std::vector<int32_t> trans_;
+  uint8_t classes_[256];
+  std::vector<uint8_t> accepting_;
+  std::unique_ptr<std::atomic<Entry*>[]> entries_;
+  std::atomic<int64_t> computed_{0};
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Batch operations.
+
+// Fill rows of an int32[B, W] bitmask. Each row's source is (index, state) for a guided row, an int32[W] array to
+// copy (a cached mask: text mode, EOS only), or None (every token allowed). The copying runs without the GIL,
+// on `threads` threads for large batches.
+void fill_bitmasks(py::array_t<int32_t, py::array::c_style> out, py::list sources, py::array_t<int32_t> rows,
+                   int threads) {
+  if (out.ndim() != 2) throw std::invalid_argument("the bitmask must be int32[batch, words]");
+  const int64_t B = out.shape(0), W = out.shape(1);
+  const int64_t n = static_cast<int64_t>(py::len(sources));
+  auto rows_v = rows.unchecked<1>();
+  if (rows_v.shape(0) != n) throw std::invalid_argument("one row number per source");
+  struct Job {
+    Index* index;
+    int32_t state;
+    const int32_t* array;
+    int64_t row;
+  };
+  std::vector<Job> jobs(n);
+  std::vector<py::object> keep;  // arrays stay alive while we copy from them
+  for (int64_t i = 0; i < n; ++i) {
+    py::handle src = sources[i];
+    int64_t row = rows_v(i);
+    if (row < 0 || row >= B) throw std::out_of_range("row " + std::to_string(row) + " outside the bitmask");
+    Job j{nullptr, 0, nullptr, row};
+    if (src.is_none()) {
+    } else if (py::isinstance<py::tuple>(src)) {
+      auto tup = src.cast<py::tuple>();
+      j.index = tup[0].cast<Index*>();
+      j.state = tup[1].cast<int32_t>();
+      if (j.index->words() != W) throw std::invalid_argument("the bitmask width does not match the vocabulary");
+    } else {
+      auto arr = py::array_t<int32_t, py::array::c_style>::ensure(src);
+      if (!arr || arr.ndim() != 1 || arr.shape(0) != W)
+        throw std::invalid_argument("a mask source must be (index, state), an int32[words] array or None");
+      j.array = arr.data();
+      keep.push_back(arr);
+    }
+    jobs[i] = j;
+  }
+  int32_t* base = out.mutable_data();
+  auto run = [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const Job& j = jobs[i];
+      int32_t* dst = base + j.row * W;
+      if (j.index != nullptr)
+        j.index->fill(j.state, dst);
+      else if (j.array != nullptr)
+        std::memcpy(dst, j.array, sizeof(int32_t) * W);
+      else
+        std::memset(dst, 0xFF, sizeof(int32_t) * W);
+    }
+  };
+  py::gil_scoped_release release;
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(n / 16)));
+  if (threads <= 1) {
+    run(0, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t chunk = (n + threads - 1) / threads;
+  for (int t = 0; t < threads; ++t) {
+    int64_t lo = t * chunk, hi = std::min(n, lo + chunk);
+    if (lo < hi) pool.emplace_back(run, lo, hi);
+  }
+  for (auto& th : pool) th.join();
+}
+
+// logits[r, t] = -inf for every t < vocab whose bit is 0 in bitmask[r] (float32, rows `stride` floats apart);
+// columns at and past the bitmask's reach are masked too. Takes data pointers; no torch here.
+void apply_bitmask_f32(uintptr_t logits_ptr, int64_t rows, int64_t vocab, int64_t stride, uintptr_t mask_ptr,
+                       int64_t words, uintptr_t index_ptr, int64_t n_index) {
+  auto* logits = reinterpret_cast<float*>(logits_ptr);
+  const auto* mask = reinterpret_cast<const uint32_t*>(mask_ptr);
+  const auto* which = reinterpret_cast<const int32_t*>(index_ptr);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  py::gil_scoped_release release;
+  const int64_t n = which != nullptr ? n_index : rows;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = which != nullptr ? which[i] : i;
+    float* row = logits + r * stride;
+    const uint32_t* m = mask + r * words;
+    const int64_t covered = std::min<int64_t>(vocab, words * 32);
+    int64_t t = 0;
+    for (int64_t w = 0; t < covered; ++w, t += 32) {
+      uint32_t bits = m[w];
+      if (bits == 0xFFFFFFFFu) continue;
+      const int64_t end = std::min<int64_t>(t + 32, covered);
+      if (bits == 0) {
+        for (int64_t u = t; u < end; ++u) row[u] = ninf;
+        continue;
+      }
+      for (int64_t u = t; u < end; ++u)
+        if (!((bits >> (u - t)) & 1)) row[u] = ninf;
+    }
+    for (int64_t u = covered; u < vocab; ++u) row[u] = ninf;
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "tooldec's compiled core: subset construction, products, the token index and batch mask operations.";
+  py::register_exception<SchemaTooLarge>(m, "AutomatonTooLarge", PyExc_ValueError);
+  m.def("determinize", &determinize, "Subset construction of a CSR-encoded byte NFA, pruned.", py::arg("edge_ptr"),
+        py::arg("edge_mask"), py::arg("edge_target"), py::arg("masks"), py::arg("eps_ptr"), py::arg("eps_target"),
+        py::arg("start"), py::arg("accept"), py::arg("max_states"));
+  m.def("product", &product, "Intersection or difference of two DFAs, pruned.", py::arg("a_trans"),
+        py::arg("a_classes"), py::arg("a_accepting"), py::arg("a_start"), py::arg("b_trans"), py::arg("b_classes"),
+        py::arg("b_accepting"), py::arg("b_start"), py::arg("difference"), py::arg("max_states"));
+  py::class_<Vocab, std::shared_ptr<Vocab>>(m, "Vocab")
+      .def(py::init<carray<uint8_t>, carray<int64_t>, carray<int32_t>, int32_t>(), py::arg("flat"),
+           py::arg("offsets"), py::arg("eos"), py::arg("size"))
+      .def_property_readonly("size", &Vocab::size)
+      .def_property_readonly("words", &Vocab::words)
+      .def_property_readonly("num_nodes", &Vocab::num_nodes);
+  py::class_<Index>(m, "Index")
+      .def(py::init<std::shared_ptr<Vocab>, carray<int32_t>, carray<uint8_t>, carray<bool>>(), py::arg("vocab"),
+           py::arg("trans"), py::arg("classes"), py::arg("accepting"))
+      .def_property_readonly("num_states", &Index::num_states)
+      .def_property_readonly("words", &Index::words)
+      .def_property_readonly("computed", &Index::computed)
+      .def("cached", &Index::cached, py::arg("state"))
+      .def_property_readonly("num_regions", &Index::num_regions)
+      .def("compute_all", &Index::compute_all, py::call_guard<py::gil_scoped_release>())
+      .def("compute_regions", &Index::compute_regions, py::call_guard<py::gil_scoped_release>())
+      .def("next_state", &Index::next_state, py::arg("state"), py::arg("token"))
+      .def(
+          "advance_many",
+          [](const Index& self, int32_t s, carray<int32_t> tokens) {
+            // the state after each token in turn; stops at the first DEAD. Returns (states walked, last state)
+            const int32_t* t = tokens.data();
+            int64_t k = 0;
+            for (; k < tokens.shape(0); ++k) {
+              int32_t nx = self.next_state(s, t[k]);
+              if (nx == DEAD) break;
+              s = nx;
+            }
+            return py::make_tuple(k, s);
+          },
+          py::arg("state"), py::arg("tokens"))
+      .def(
+          "count",
+          [](Index& self, int32_t s) {
+            py::gil_scoped_release r;
+            return self.entry(s).count;
+          },
+          py::arg("state"))
+      .def(
+          "fill",
+          [](Index& self, int32_t s, py::array_t<int32_t, py::array::c_style> out) {
+            if (out.ndim() != 1 || out.shape(0) != self.words())
+              throw std::invalid_argument("the row must be int32[words]");
+            int32_t* p = out.mutable_data();
+            py::gil_scoped_release r;
+            self.fill(s, p);
+          },
+          py::arg("state"), py::arg("out"))
+      .def(
+          "transitions",
+          [](const Index& self, int32_t s) {
+            // sorted allowed ids (EOS included when accepting) and the state each leads to; walks afresh
+            std::vector<std::pair<int32_t, int32_t>> got;
+            {
+              py::gil_scoped_release r;
+              self.walk(s, [&](int32_t t, int32_t nx) { got.emplace_back(t, nx); });
+              if (self.accepting(s))
+                for (int32_t e : self.vocab()->eos()) got.emplace_back(e, FINAL);
+              std::sort(got.begin(), got.end());
+              got.erase(std::unique(got.begin(), got.end(),
+                                    [](auto& x, auto& y) { return x.first == y.first; }),
+                        got.end());
+            }
+            py::array_t<int32_t> ids(static_cast<py::ssize_t>(got.size())), nxt(static_cast<py::ssize_t>(got.size()));
+            for (size_t i = 0; i < got.size(); ++i) {
+              ids.mutable_data()[i] = got[i].first;
+              nxt.mutable_data()[i] = got[i].second;
+            }
+            return py::make_tuple(ids, nxt);
+          },
+          py::arg("state"));
+  m.def("fill_bitmasks", &fill_bitmasks, "Fill rows of an int32[B, W] bitmask from per-row sources.",
+        py::arg("out"), py::arg("sources"), py::arg("rows"), py::arg("threads") = 1);
+  m.def("apply_bitmask_f32", &apply_bitmask_f32, "Set disallowed float32 logits to -inf in place.",
+        py::arg("logits_ptr"), py::arg("rows"), py::arg("vocab"), py::arg("stride"), py::arg("mask_ptr"),
+        py::arg("words"), py::arg("index_ptr") = 0, py::arg("n_index") = 0);
+  m.attr("DEAD") = DEAD;
+  m.attr("FINAL") = FINAL;
+}
