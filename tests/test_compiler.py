@@ -35,3 +35,42 @@ def test_precomputed_index_never_scans_the_vocabulary_again(bytelevel_vocab, mon
         guide = random_walk(compiled.guide(), random.Random(seed))
         assert guide.result().name == "f"
     assert compiled.index.core.computed == computed, "a walk computed a state that precompute had not"
+
+
+def test_tool_sets_are_unions_of_cached_per_tool_automata(bytelevel_vocab) -> None:
+    """A tool set's automaton is the union of its tools' (cached) automata: same language as the whole-set
+    construction, both ways, and adding a tool reuses the others'."""
+    import random
+
+    from tooldec.automaton.compile import compile_dfa
+    from tooldec.compiler import Compiler
+    from tooldec.grammar.calls import get_format, tools_grammar
+    from tooldec.guide import Guide
+    from tooldec.index import TokenIndex
+    from tooldec.sample import random_walk
+    from tooldec.specs import ToolSpec
+
+    def tool(name: str, kind: str) -> ToolSpec:
+        return ToolSpec(name, "", {"type": "object", "properties": {"v": {"type": kind}}, "required": ["v"]})
+
+    tools = [tool("get", "integer"), tool("get_all", "string"), tool("set", "boolean"), tool("g", "number")]
+    compiler = Compiler(bytelevel_vocab)
+    for fmt in ("json", "python", "toolken"):
+        union = compiler.compile(tools[:3], fmt)
+        whole = compile_dfa(tools_grammar(tools[:3], get_format(fmt)))
+        whole_index = TokenIndex(whole, compiler.prepared)
+        for seed in range(30):
+            text = random_walk(union.guide(), random.Random(seed)).text().encode()
+            assert whole.accepts(text), text
+            back = random_walk(Guide(whole_index), random.Random(seed)).text().encode()
+            assert union.dfa.accepts(back), back
+        whole_grammar = Compiler(bytelevel_vocab).compile(tools[:3], "mistral")  # a list: built whole
+        assert whole_grammar.dfa.start > 0
+        cached = len(compiler._tools)
+        bigger = compiler.compile(tools, fmt)
+        assert len(compiler._tools) == cached + 1, "only the new tool is compiled"
+        for seed in range(30):
+            text = random_walk(bigger.guide(), random.Random(seed)).text().encode()
+            assert compile_dfa(tools_grammar(tools, get_format(fmt))).accepts(text), text
+        rendered = get_format(fmt).render(tools[3], {"v": 2.5})
+        assert bigger.dfa.accepts(rendered.encode()) and not union.dfa.accepts(rendered.encode())

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tooldec.automaton.compile import compile_dfa
-from tooldec.automaton.dfa import DEAD, DFA
+from tooldec.automaton.dfa import DEAD, DFA, union_dfas
 from tooldec.automaton.forced import ForcedText
 from tooldec.errors import EmptyGrammarError
 from tooldec.grammar.calls import CallFormat, get_format, tools_grammar
@@ -49,6 +49,8 @@ class CompiledGrammar:
 
 CACHE_SIZE = 32
 """Compiled grammars a Compiler keeps (least recently used dropped first)."""
+TOOL_CACHE_SIZE = 4096
+"""Per-tool call automata a Compiler keeps, so that adding a tool to a compiled set costs about one tool."""
 
 
 class Compiler:
@@ -72,12 +74,14 @@ class Compiler:
         self.max_ref_depth = max_ref_depth
         self.cache_size = cache_size
         self._cache: OrderedDict[str, CompiledGrammar] = OrderedDict()
+        self._tools: OrderedDict[str, DFA] = OrderedDict()
         self._lock = threading.Lock()
 
     def clear_cache(self) -> None:
         """Forget every compiled grammar."""
         with self._lock:
             self._cache.clear()
+            self._tools.clear()
 
     def _key(self, kind: str, payload: Any) -> str:
         h = hashlib.sha256()
@@ -117,19 +121,43 @@ class Compiler:
         """
         toolset = tools if isinstance(tools, ToolSet) else ToolSet(list(tools))
         fmt = get_format(format)
-        key = self._key(f"tools:{fmt!r}", [t.to_openai() for t in toolset])
+        specs = [json.dumps([t.name, t.description, t.parameters], default=str) for t in toolset]
+        key = self._key(f"tools:{fmt!r}", specs)
 
         def build() -> CompiledGrammar:
-            dfa = compile_dfa(tools_grammar(toolset, fmt, max_ref_depth=self.max_ref_depth))
+            if getattr(fmt, "around", None) is not None:  # calls inside a list: one automaton of the whole
+                dfa = compile_dfa(tools_grammar(toolset, fmt, max_ref_depth=self.max_ref_depth))
+            else:
+                dfa = union_dfas([self._tool_dfa(t, spec, fmt, use_cache) for t, spec in zip(toolset, specs)])
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no call of this tool set can be valid (its schemas admit no value)")
-            index = TokenIndex(dfa, self.prepared)
+            index = TokenIndex(dfa, self.prepared, share_regions=use_cache)
             index.warm()
             if precompute:
                 index.reachable_states()
             return CompiledGrammar(dfa, index, fmt.parse, toolset, fmt)
 
         return self._cached(key, build, use_cache)
+
+    def _tool_dfa(self, tool: ToolSpec, spec: str, fmt: CallFormat, use_cache: bool) -> DFA:
+        """The automaton of one call of `tool` in `fmt`, kept per tool so that a changed tool set recompiles
+        only its new tools (the last TOOL_CACHE_SIZE are kept)."""
+        key = f"{fmt!r}|{self.max_ref_depth}|{spec}"
+        if use_cache:
+            with self._lock:
+                got = self._tools.get(key)
+                if got is not None:
+                    self._tools.move_to_end(key)
+                    return got
+        dfa = compile_dfa(tools_grammar([tool], fmt, max_ref_depth=self.max_ref_depth))
+        if dfa.start == DEAD:
+            raise EmptyGrammarError("no call of this tool can be valid", tool=tool.name, path="#/parameters")
+        if use_cache:
+            with self._lock:
+                self._tools[key] = dfa
+                while len(self._tools) > TOOL_CACHE_SIZE:
+                    self._tools.popitem(last=False)
+        return dfa
 
     def compile_schema(
         self, schema: Any, *, additional_properties: bool = True, use_cache: bool = True

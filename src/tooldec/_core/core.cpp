@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -39,6 +40,12 @@ constexpr int32_t FINAL = -1;
 constexpr int32_t NARROW = 4;
 // Regions with more states are not shared (their signature would cost more than it saves).
 constexpr int32_t MAX_REGION_STATES = 128;
+// compute_regions walks ahead only the regions entered from a state with at least this many live bytes (a
+// string's contents); from narrower states (digits, escapes, inside a UTF-8 character) the walk stops at the
+// first byte for most of the vocabulary and is cheap on first visit (under 200 us at 128k tokens).
+constexpr int32_t EXPENSIVE_WIDTH = 128;
+// Region walks a vocabulary keeps for later compiles (each holds a packed mask and its exit tokens).
+constexpr size_t REGION_CACHE_SIZE = 256;
 
 template <typename T>
 using carray = py::array_t<T, py::array::c_style | py::array::forcecast>;
@@ -103,21 +110,22 @@ Dfa finish(const std::vector<std::vector<std::pair<Mask, int32_t>>>& rows, const
   // byte classes: bytes with the same membership in every kept mask share a class
   std::vector<uint64_t> sig_lo(256, 0), sig_hi(256, 0);  // running signature as (class id) refinement
   std::vector<int32_t> cls(256, 0);
+  int32_t n_cls = 1;
   std::unordered_map<Mask, int, MaskHash> seen;
+  std::vector<int32_t> remap;
   for (int32_t s = 1; s < n; ++s) {
     if (!alive[s]) continue;
     for (auto& [m, t] : rows[s]) {
-      if (!alive[t] || seen.count(m)) continue;
-      seen.emplace(m, 0);
-      // refine: class c splits into (c, in) and (c, out)
-      std::unordered_map<int64_t, int32_t> remap;
+      if (!alive[t] || !seen.emplace(m, 0).second) continue;
+      // refine: class c splits into (c, in m) and (c, out of m)
+      remap.assign(2 * static_cast<size_t>(n_cls), -1);
       int32_t next = 0;
       for (int b = 0; b < 256; ++b) {
-        int64_t key = static_cast<int64_t>(cls[b]) * 2 + (mask_has(m, b) ? 1 : 0);
-        auto it = remap.find(key);
-        if (it == remap.end()) it = remap.emplace(key, next++).first;
-        cls[b] = it->second;
+        int32_t& r = remap[2 * cls[b] + (mask_has(m, b) ? 1 : 0)];
+        if (r < 0) r = next++;
+        cls[b] = r;
       }
+      n_cls = next;
     }
   }
   // renumber classes in order of first byte
@@ -384,8 +392,156 @@ py::tuple product(carray<int32_t> a_trans, carray<uint8_t> a_classes, carray<boo
   return to_python(finish(rows, accepting));
 }
 
+// Union of several pruned DFAs (one per tool): subset construction over sets of (automaton, state) pairs. The
+// sets are large only while the automata share a prefix (the call's opening, the tool names' common prefixes);
+// after that they are single pairs, whose rows are the automaton's own, renumbered. Every set holds live states
+// only, so the union needs no pruning; its byte classes are the automata's classes refined together.
+py::tuple union_dfas(py::list dfas, int64_t max_states) {
+  struct D {
+    carray<int32_t> trans;
+    carray<uint8_t> classes;
+    carray<bool> acc;
+    int32_t start, nc;
+  };
+  std::vector<D> ds;
+  for (py::handle h : dfas) {
+    auto t = h.cast<py::tuple>();
+    D d{t[0].cast<carray<int32_t>>(), t[1].cast<carray<uint8_t>>(), t[2].cast<carray<bool>>(), t[3].cast<int32_t>(), 0};
+    d.nc = static_cast<int32_t>(d.trans.shape(1));
+    ds.push_back(std::move(d));
+  }
+  const size_t K = ds.size();
+  std::vector<int32_t> cls(256, 0);
+  int32_t nc = 1;
+  std::vector<int32_t> remap;
+  for (const D& d : ds) {
+    remap.assign(static_cast<size_t>(nc) * 256, -1);
+    int32_t next = 0;
+    for (int b = 0; b < 256; ++b) {
+      int32_t& r = remap[static_cast<size_t>(cls[b]) * 256 + d.classes.data()[b]];
+      if (r < 0) r = next++;
+      cls[b] = r;
+    }
+    nc = next;
+  }
+  // renumber joint classes by first byte, and list each automaton's classes as joint ones
+  std::vector<int32_t> order_cls(nc, -1);
+  int32_t k = 0;
+  for (int b = 0; b < 256; ++b)
+    if (order_cls[cls[b]] < 0) order_cls[cls[b]] = k++;
+  for (int b = 0; b < 256; ++b) cls[b] = order_cls[cls[b]];
+  std::vector<int> rep(nc, -1);
+  for (int b = 0; b < 256; ++b)
+    if (rep[cls[b]] < 0) rep[cls[b]] = b;
+  std::vector<std::vector<std::vector<int32_t>>> joint_of(K);
+  for (size_t i = 0; i < K; ++i) {
+    joint_of[i].assign(ds[i].nc, {});
+    for (int c = 0; c < nc; ++c) joint_of[i][ds[i].classes.data()[rep[c]]].push_back(c);
+  }
+  using Key = std::vector<int64_t>;
+  struct KeyHash {
+    size_t operator()(const Key& v) const {
+      uint64_t h = 1469598103934665603ULL;
+      for (int64_t x : v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ULL;
+      return static_cast<size_t>(h);
+    }
+  };
+  std::unordered_map<Key, int32_t, KeyHash> ids;
+  std::unordered_map<int64_t, int32_t> single;  // one-pair sets, found without building a key
+  std::vector<Key> keys(1);
+  std::vector<uint8_t> accepting{0};
+  auto add = [&](Key&& key) -> int32_t {
+    int32_t id = static_cast<int32_t>(keys.size());
+    if (id >= max_states) throw SchemaTooLarge("the automaton would exceed " + std::to_string(max_states) + " DFA states");
+    bool acc = false;
+    for (int64_t x : key) acc = acc || ds[static_cast<size_t>(x >> 32)].acc.data()[static_cast<int32_t>(x & 0xFFFFFFFF)];
+    accepting.push_back(acc);
+    if (key.size() == 1) single.emplace(key[0], id);
+    else ids.emplace(key, id);
+    keys.push_back(std::move(key));
+    return id;
+  };
+  auto intern = [&](Key&& key) -> int32_t {
+    if (key.size() == 1) {
+      auto it = single.find(key[0]);
+      return it != single.end() ? it->second : add(std::move(key));
+    }
+    auto it = ids.find(key);
+    return it != ids.end() ? it->second : add(std::move(key));
+  };
+  Key start;
+  for (size_t i = 0; i < K; ++i)
+    if (ds[i].start != DEAD) start.push_back(static_cast<int64_t>(i) << 32 | static_cast<uint32_t>(ds[i].start));
+  if (!start.empty()) intern(std::move(start));
+  size_t expect = 2;  // about one state per state of the automata, plus the shared prefix
+  for (const D& d : ds) expect += static_cast<size_t>(d.trans.shape(0));
+  std::vector<int32_t> trans(expect * nc, DEAD);
+  keys.reserve(expect);
+  accepting.reserve(expect);
+  single.reserve(expect);
+  size_t tick = 0;
+  for (size_t n = 1; n < keys.size(); ++n) {
+    check_signals(tick);
+    if (trans.size() < keys.size() * nc) trans.resize(std::max(trans.size() * 2, keys.size() * nc), DEAD);
+    if (keys[n].size() == 1) {  // one automaton left: its own row, renumbered
+      const int64_t pair = keys[n][0];
+      const size_t i = static_cast<size_t>(pair >> 32);
+      const D& d = ds[i];
+      const int32_t s = static_cast<int32_t>(pair & 0xFFFFFFFF);
+      for (int c = 0; c < d.nc; ++c) {
+        int32_t t = d.trans.data()[static_cast<size_t>(s) * d.nc + c];
+        if (t == DEAD) continue;
+        const int64_t next = static_cast<int64_t>(i) << 32 | static_cast<uint32_t>(t);
+        auto it = single.find(next);
+        int32_t tid = it != single.end() ? it->second : add(Key{next});
+        if (trans.size() < keys.size() * nc) trans.resize(std::max(trans.size() * 2, keys.size() * nc), DEAD);
+        for (int32_t j : joint_of[i][c]) trans[n * nc + j] = tid;
+      }
+      continue;
+    }
+    for (int c = 0; c < nc; ++c) {
+      Key next;
+      for (int64_t x : keys[n]) {
+        const D& d = ds[static_cast<size_t>(x >> 32)];
+        int32_t s = static_cast<int32_t>(x & 0xFFFFFFFF);
+        int32_t t = d.trans.data()[static_cast<size_t>(s) * d.nc + d.classes.data()[rep[c]]];
+        if (t != DEAD) next.push_back((x & ~0xFFFFFFFFLL) | static_cast<uint32_t>(t));
+      }
+      if (next.empty()) continue;
+      int32_t tid = intern(std::move(next));
+      if (trans.size() < keys.size() * nc) trans.resize(std::max(trans.size() * 2, keys.size() * nc), DEAD);
+      trans[n * nc + c] = tid;
+    }
+  }
+  Dfa d;
+  d.n = static_cast<int32_t>(keys.size());
+  d.nc = nc;
+  trans.resize(keys.size() * nc);
+  d.trans = std::move(trans);
+  d.classes.assign(cls.begin(), cls.end());
+  d.accepting = std::move(accepting);
+  d.start = d.n > 1 ? 1 : DEAD;
+  return to_python(d);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // The vocabulary: token bytes by id, and the same tokens as a preorder trie.
+
+// A region: the states reachable from a wide state through wide states. Its walk depends only on its shape (the
+// byte-level transitions between its states and towards its exits), so states of the same shape, such as the
+// contents of every string field of a tool set, share one walk.
+struct Region {
+  std::vector<uint32_t> stay;                          // tokens that end inside the region
+  std::vector<int32_t> exit_tok, exit_pos, exit_idx;  // tokens that leave it: bytes read, which exit
+};
+
+struct SigHash {
+  size_t operator()(const std::vector<int32_t>& v) const {
+    uint64_t h = 1469598103934665603ULL;
+    for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ULL;
+    return static_cast<size_t>(h);
+  }
+};
 
 class Vocab {
  public:
@@ -404,6 +560,30 @@ class Vocab {
 
   int32_t size() const { return size_; }
   int32_t words() const { return words_; }
+
+  // Region walks shared by every index over this vocabulary, keyed by the region's byte-level shape; the
+  // least recently used beyond REGION_CACHE_SIZE are dropped. Thread-safe.
+  std::shared_ptr<const Region> shared_region(const std::vector<int32_t>& key) {
+    std::lock_guard<std::mutex> lock(shared_mutex_);
+    auto it = shared_.find(key);
+    if (it == shared_.end()) return nullptr;
+    lru_.splice(lru_.begin(), lru_, it->second.second);
+    return it->second.first;
+  }
+  void share_region(const std::vector<int32_t>& key, std::shared_ptr<const Region> r) {
+    std::lock_guard<std::mutex> lock(shared_mutex_);
+    if (shared_.count(key)) return;
+    lru_.push_front(key);
+    shared_.emplace(key, std::make_pair(std::move(r), lru_.begin()));
+    while (shared_.size() > REGION_CACHE_SIZE) {
+      shared_.erase(lru_.back());
+      lru_.pop_back();
+    }
+  }
+  int64_t shared_regions() const {
+    std::lock_guard<std::mutex> lock(shared_mutex_);
+    return static_cast<int64_t>(shared_.size());
+  }
   int64_t num_nodes() const { return static_cast<int64_t>(node_byte_.size()); }
   const std::vector<int32_t>& eos() const { return eos_; }
 
@@ -469,6 +649,11 @@ class Vocab {
 
   int32_t size_, words_;
   std::vector<int32_t> eos_;
+  mutable std::mutex shared_mutex_;
+  std::list<std::vector<int32_t>> lru_;
+  std::unordered_map<std::vector<int32_t>,
+                     std::pair<std::shared_ptr<const Region>, std::list<std::vector<int32_t>>::iterator>, SigHash>
+      shared_;
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -482,8 +667,9 @@ struct Entry {
 
 class Index {
  public:
-  Index(std::shared_ptr<Vocab> vocab, carray<int32_t> trans, carray<uint8_t> classes, carray<bool> accepting)
-      : vocab_(std::move(vocab)) {
+  Index(std::shared_ptr<Vocab> vocab, carray<int32_t> trans, carray<uint8_t> classes, carray<bool> accepting,
+        bool share_regions)
+      : vocab_(std::move(vocab)), share_(share_regions) {
     n_ = static_cast<int32_t>(trans.shape(0));
     nc_ = static_cast<int32_t>(trans.shape(1));
     trans_.assign(trans.data(), trans.data() + static_cast<size_t>(n_) * nc_);
@@ -557,7 +743,7 @@ class Index {
     for (int32_t s = 1; s < n_; ++s) {
       sig.clear();
       exits.clear();
-      if (width_[s] > NARROW && region_of(s, sig, exits)) region_walk(sig);
+      if (width_[s] >= EXPENSIVE_WIDTH && region_of(s, sig, exits)) region_walk(sig);
     }
   }
 
@@ -616,14 +802,6 @@ class Index {
   }
 
  private:
-  // A region: the states reachable from a wide state through wide states. Its walk depends only on its shape
-  // (the byte-level transitions between its states and towards its exits), so states of the same shape, such as
-  // the contents of every string field of a tool set, share one walk.
-  struct Region {
-    std::vector<uint32_t> stay;  // tokens that end inside the region
-    std::vector<int32_t> exit_tok, exit_pos, exit_idx;  // tokens that leave it: bytes read, which exit
-  };
-
   int32_t width(int32_t s) const { return width_[s]; }
 
   // The region of s: (signature, exit states), or false when s is narrow or its region too large to share.
@@ -679,6 +857,17 @@ class Index {
       auto it = regions_.find(sig);
       if (it != regions_.end()) return it->second;
     }
+    std::vector<int32_t> key;  // the shape over bytes, comparable across automata
+    if (share_) {
+      const size_t L = sig.size() / nc_;
+      key.resize(L * 256);
+      for (size_t i = 0; i < L; ++i)
+        for (int b = 0; b < 256; ++b) key[i * 256 + b] = sig[i * nc_ + classes_[b]];
+      if (auto got = vocab_->shared_region(key)) {
+        std::lock_guard<std::mutex> lock(regions_mutex_);
+        return regions_.emplace(sig, std::move(got)).first->second;
+      }
+    }
     auto r = std::make_shared<Region>();
     const Vocab& v = *vocab_;
     r->stay.assign(words(), 0);
@@ -706,6 +895,7 @@ class Index {
       for (int32_t j = v.tok_ptr_[k]; j < v.tok_ptr_[k + 1]; ++j) r->stay[v.tok_[j] >> 5] |= 1u << (v.tok_[j] & 31);
       ++k;
     }
+    if (share_) vocab_->share_region(key, r);
     std::lock_guard<std::mutex> lock(regions_mutex_);
     return regions_.emplace(sig, std::move(r)).first->second;
   }
@@ -761,18 +951,12 @@ class Index {
     return e;
   }
 
-  struct SigHash {
-    size_t operator()(const std::vector<int32_t>& v) const {
-      uint64_t h = 1469598103934665603ULL;
-      for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ULL;
-      return static_cast<size_t>(h);
-    }
-  };
   mutable std::mutex regions_mutex_;
   mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const Region>, SigHash> regions_;
   std::vector<int32_t> class_size_, width_;
 
   std::shared_ptr<Vocab> vocab_;
+  bool share_ = true;
   int32_t n_ = 0, nc_ = 0;
   std::vector<int32_t> trans_;
   uint8_t classes_[256];
@@ -892,15 +1076,19 @@ PYBIND11_MODULE(_core, m) {
   m.def("product", &product, "Intersection or difference of two DFAs, pruned.", py::arg("a_trans"),
         py::arg("a_classes"), py::arg("a_accepting"), py::arg("a_start"), py::arg("b_trans"), py::arg("b_classes"),
         py::arg("b_accepting"), py::arg("b_start"), py::arg("difference"), py::arg("max_states"));
+  m.def("union_dfas", &union_dfas, "Union of DFAs given as (trans, classes, accepting, start) tuples, pruned.",
+        py::arg("dfas"), py::arg("max_states"));
   py::class_<Vocab, std::shared_ptr<Vocab>>(m, "Vocab")
       .def(py::init<carray<uint8_t>, carray<int64_t>, carray<int32_t>, int32_t>(), py::arg("flat"),
            py::arg("offsets"), py::arg("eos"), py::arg("size"))
       .def_property_readonly("size", &Vocab::size)
       .def_property_readonly("words", &Vocab::words)
-      .def_property_readonly("num_nodes", &Vocab::num_nodes);
+      .def_property_readonly("num_nodes", &Vocab::num_nodes)
+      .def_property_readonly("shared_regions", &Vocab::shared_regions);
   py::class_<Index>(m, "Index")
-      .def(py::init<std::shared_ptr<Vocab>, carray<int32_t>, carray<uint8_t>, carray<bool>>(), py::arg("vocab"),
-           py::arg("trans"), py::arg("classes"), py::arg("accepting"))
+      .def(py::init<std::shared_ptr<Vocab>, carray<int32_t>, carray<uint8_t>, carray<bool>, bool>(),
+           py::arg("vocab"), py::arg("trans"), py::arg("classes"), py::arg("accepting"),
+           py::arg("share_regions") = true)
       .def_property_readonly("num_states", &Index::num_states)
       .def_property_readonly("words", &Index::words)
       .def_property_readonly("computed", &Index::computed)

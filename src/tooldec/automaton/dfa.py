@@ -92,3 +92,14 @@ def determinize(nfa: NFA) -> DFA:
         return from_core(_core.determinize(*_nfa_arrays(nfa), nfa.start, nfa.accept, MAX_DFA_STATES))
     except _core.AutomatonTooLarge as exc:
         raise UnsupportedSchemaError("size", detail=str(exc)) from None
+
+
+def union_dfas(dfas: list[DFA]) -> DFA:
+    """The DFA of strings any of `dfas` accepts (in the compiled core; one automaton is returned as it is)."""
+    if len(dfas) == 1:
+        return dfas[0]
+    parts = [(np.ascontiguousarray(d.trans, dtype=np.int32), d.classes, d.accepting, d.start) for d in dfas]
+    try:
+        return from_core(_core.union_dfas(parts, MAX_DFA_STATES))
+    except _core.AutomatonTooLarge as exc:
+        raise UnsupportedSchemaError("size", detail=str(exc)) from None

@@ -25,14 +25,21 @@ CPU over llama3's 128k tokens; 200 tools (14,493 states) would take 87 ms, so th
 class TokenIndex:
     """State → (allowed token ids, next states), computed per state on first use and then cached (thread-safe)."""
 
-    def __init__(self, dfa: DFA, prepared: PreparedVocab | Vocabulary) -> None:
-        """Index `dfa` over a prepared vocabulary (a bare Vocabulary is prepared here, at its cost)."""
+    def __init__(self, dfa: DFA, prepared: PreparedVocab | Vocabulary, *, share_regions: bool = True) -> None:
+        """Index `dfa` over a prepared vocabulary (a bare Vocabulary is prepared here, at its cost).
+
+        With `share_regions`, region walks are looked up in and added to the vocabulary's bounded cache, so a
+        later tool set with the same kinds of values does not walk the trie for them again."""
         self.prepared = prepared if isinstance(prepared, PreparedVocab) else PreparedVocab(prepared)
         self.dfa = dfa
         self.vocab = self.prepared.vocab
         self.words = self.prepared.words
         self.core = _core.Index(
-            self.prepared.core, np.ascontiguousarray(dfa.trans, dtype=np.int32), dfa.classes, dfa.accepting
+            self.prepared.core,
+            np.ascontiguousarray(dfa.trans, dtype=np.int32),
+            dfa.classes,
+            dfa.accepting,
+            share_regions,
         )
 
     @property
