@@ -1,0 +1,352 @@
+"""Per-request tool guidance in a serving engine's persistent batch, independent of the engine.
+
+A request carries its tools as one string entry of its extra arguments, `{"tooldec": "<JSON>"}` (vLLM: the
+OpenAI request body's `vllm_xargs`, or `SamplingParams.extra_args`); the JSON object holds
+
+- `tools`: OpenAI tools (or bare functions, MCP tools), as in the Chat Completions request;
+- `tool_choice`: "auto" (default), "none", "required" or `{"type": "function", "function": {"name": ...}}`;
+- `parallel_tool_calls` (default true), and optionally `syntax` ("hermes", "llama31", "mistral": the model's
+  call syntax, detected from its chat template when absent) and `max_calls`.
+
+`tool_payload(...)` writes that entry. `PolicyFactory` turns a request into a `CallController` (one per model:
+it holds the compiler, whose compiled tool sets are cached). `PolicyBatch` keeps one policy per batch row and
+follows the engine's batch updates (removed, then added, then moved); before each sampling step it feeds every
+row the tokens generated since the last step, fills all rows' packed masks in one call of the compiled core
+(`fill_bitmasks`) and applies them in place (`apply_token_bitmask_inplace`). A row added at an index always
+replaces what was there, so no state leaks from one request to the next one in the same slot.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tooldec.compiler import Compiler
+from tooldec.decoding.controller import CallController, MaskSource, fill_bitmasks
+from tooldec.errors import TokenRejectedError, ToolDecError
+from tooldec.specs import ToolSet, from_openai_tools
+
+log = logging.getLogger("tooldec.integrations")
+
+PAYLOAD_KEY = "tooldec"
+"""The key of the request's extra arguments that holds its tool payload (a JSON string)."""
+
+SYNTAXES = ("hermes", "llama31", "mistral")
+"""Call syntaxes a request may name (those of `tooldec.agents.chat.CHAT_SYNTAXES`)."""
+
+PARALLEL_MAX_CALLS = 16
+"""Calls one answer may hold when parallel calls are allowed (one otherwise)."""
+
+
+class ToolRequestError(ValueError):
+    """A request's tool payload is malformed: bad JSON, bad tools, an unknown named tool, a bad tool_choice.
+
+    A ValueError, so that vLLM answers it with HTTP 400."""
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    """What one request asks of tooldec: its tools, the tool_choice mode, parallel calls, the call syntax.
+
+    `mode` is "auto", "none" or "required"; a named tool_choice is mode "required" with `named` set."""
+
+    tools: ToolSet
+    mode: str = "auto"
+    named: str | None = None
+    parallel: bool = True
+    syntax: str | None = None
+    max_calls: int | None = None
+
+    @property
+    def call_tools(self) -> ToolSet:
+        """The tools a call may use: all of them, or only the named one."""
+        return ToolSet([self.tools[self.named]]) if self.named is not None else self.tools
+
+    @classmethod
+    def from_payload(cls, payload: str | Mapping[str, Any]) -> ToolRequest:
+        """Read a payload (the JSON string, or the object). Raises ToolRequestError naming the problem."""
+        return _parse_payload(payload) if isinstance(payload, str) else _parse_object(payload)
+
+    @classmethod
+    def from_extra_args(cls, extra_args: Mapping[str, Any] | None) -> ToolRequest | None:
+        """The request in a request's extra arguments, or None when it carries no tooldec payload."""
+        if not extra_args or PAYLOAD_KEY not in extra_args:
+            return None
+        payload = extra_args[PAYLOAD_KEY]
+        if not isinstance(payload, str):
+            raise ToolRequestError(f"extra argument {PAYLOAD_KEY!r} must be a JSON string")
+        return cls.from_payload(payload)
+
+
+def tool_payload(
+    tools: Any,
+    tool_choice: Any = "auto",
+    *,
+    parallel_tool_calls: bool | None = True,
+    syntax: str | None = None,
+    max_calls: int | None = None,
+) -> dict[str, str]:
+    """The extra-arguments entry that asks tooldec to guide a request's calls: `{"tooldec": "<JSON>"}`.
+
+    Pass it as the request body's `vllm_xargs` (OpenAI server) or `SamplingParams(extra_args=...)`."""
+    body: dict[str, Any] = {"tools": tools, "tool_choice": tool_choice}
+    if parallel_tool_calls is not None:
+        body["parallel_tool_calls"] = parallel_tool_calls
+    if syntax is not None:
+        body["syntax"] = syntax
+    if max_calls is not None:
+        body["max_calls"] = max_calls
+    return {PAYLOAD_KEY: json.dumps(body, ensure_ascii=False, separators=(",", ":"))}
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_payload(payload: str) -> ToolRequest:
+    """Parse a payload string (cached: the same tools come back request after request)."""
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise ToolRequestError(f"extra argument {PAYLOAD_KEY!r} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ToolRequestError(f"extra argument {PAYLOAD_KEY!r} must hold a JSON object")
+    return _parse_object(data)
+
+
+def _parse_object(data: Mapping[str, Any]) -> ToolRequest:
+    """Check and convert the payload object."""
+    unknown = set(data) - {"tools", "tool_choice", "parallel_tool_calls", "syntax", "max_calls"}
+    if unknown:
+        raise ToolRequestError(f"unknown tooldec payload field(s): {', '.join(sorted(unknown))}")
+    raw_tools = data.get("tools")
+    if not isinstance(raw_tools, list) or not raw_tools:
+        raise ToolRequestError("tooldec payload needs a non-empty list of tools")
+    try:
+        tools = ToolSet(from_openai_tools(raw_tools))
+    except ToolDecError as exc:
+        raise ToolRequestError(f"invalid tools: {exc}") from None
+    mode, named = _tool_choice(data.get("tool_choice", "auto"), tools)
+    parallel = data.get("parallel_tool_calls", True)
+    if parallel is None:
+        parallel = True
+    if not isinstance(parallel, bool):
+        raise ToolRequestError("parallel_tool_calls must be true or false")
+    syntax = data.get("syntax")
+    if syntax is not None and syntax not in SYNTAXES:
+        raise ToolRequestError(f"unknown call syntax {syntax!r}; known: {', '.join(SYNTAXES)}")
+    max_calls = data.get("max_calls")
+    if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 1):
+        raise ToolRequestError("max_calls must be a positive integer")
+    return ToolRequest(tools, mode, named, parallel, syntax, max_calls)
+
+
+def _tool_choice(choice: Any, tools: ToolSet) -> tuple[str, str | None]:
+    """(mode, named tool) of an OpenAI tool_choice."""
+    if choice is None:
+        return "auto", None
+    if isinstance(choice, str):
+        if choice in ("auto", "none", "required"):
+            return choice, None
+        raise ToolRequestError(f"tool_choice must be auto, none, required or a named function, not {choice!r}")
+    if isinstance(choice, Mapping):
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else choice.get("name")
+        if not isinstance(name, str):
+            raise ToolRequestError('a named tool_choice is {"type": "function", "function": {"name": ...}}')
+        if name not in tools:
+            raise ToolRequestError(f"tool_choice names {name!r}, which is not one of the tools ({', '.join(tools.names)})")
+        return "required", name
+    raise ToolRequestError(f"tool_choice must be a string or an object, not {type(choice).__name__}")
+
+
+@functools.lru_cache(maxsize=256)
+def check_compiles(payload: str, syntax: str) -> None:
+    """Build the call automaton of a payload's tools (no vocabulary needed), so that a schema tooldec cannot
+    enforce (an unsupported keyword, no valid value) is refused before the request runs. Raises
+    ToolRequestError. Cached per payload."""
+    from tooldec.agents.chat import CHAT_SYNTAXES
+    from tooldec.automaton.compile import compile_dfa
+    from tooldec.automaton.dfa import DEAD
+    from tooldec.grammar.calls import get_format, tools_grammar
+
+    request = ToolRequest.from_payload(payload)
+    fmt = get_format(CHAT_SYNTAXES[request.syntax or syntax].format)
+    try:
+        dfa = compile_dfa(tools_grammar(request.call_tools, fmt))
+    except ToolDecError as exc:
+        raise ToolRequestError(f"tooldec cannot enforce these tools: {exc}") from None
+    if dfa.start == DEAD:
+        raise ToolRequestError("no call of these tools can be valid (their schemas admit no value)")
+
+
+class PolicyFactory:
+    """Makes the policy of one request on one model: the compiler (shared, cached) and the model's call syntax."""
+
+    def __init__(self, compiler: Compiler, syntax: str = "hermes") -> None:
+        """`syntax` is the model's call syntax (a request may name another)."""
+        if syntax not in SYNTAXES:
+            raise ValueError(f"unknown call syntax {syntax!r}; known: {', '.join(SYNTAXES)}")
+        self.compiler = compiler
+        self.prepared = compiler.prepared
+        self.syntax = syntax
+
+    @classmethod
+    def from_hf(cls, tokenizer: Any, *, vocab_size: int | None = None, syntax: str | None = None) -> PolicyFactory:
+        """The factory of a Hugging Face tokenizer; `vocab_size` is the model's logits width; the syntax is read
+        from the chat template when not given."""
+        from tooldec.agents.chat import detect_syntax
+        from tooldec.vocab import Vocabulary
+
+        vocab = Vocabulary.from_hf(tokenizer, vocab_size=vocab_size)
+        return cls(Compiler(vocab), syntax or detect_syntax(tokenizer))
+
+    def policy(self, request: ToolRequest) -> CallController:
+        """A fresh policy for one request: guided calls of its tools in its syntax, its tool_choice mode."""
+        from tooldec.agents.chat import CHAT_SYNTAXES
+
+        syntax = CHAT_SYNTAXES[request.syntax or self.syntax]
+        grammar = self.compiler.compile(request.call_tools, syntax.format)
+        parallel = syntax.parallel and request.parallel
+        return CallController(
+            grammar,
+            trigger=syntax.trigger,
+            tool_choice=request.mode,  # type: ignore[arg-type]
+            after_call="text" if parallel else "stop",
+            max_calls=request.max_calls or (PARALLEL_MAX_CALLS if parallel else 1),
+        )
+
+
+class _EosOnly:
+    """The policy of a row that must end now (its tools could not be compiled): only EOS is allowed."""
+
+    def __init__(self, eos_mask: np.ndarray) -> None:
+        self._mask = eos_mask
+
+    def mask_source(self) -> MaskSource:
+        return self._mask
+
+
+@dataclass
+class _Row:
+    """One request in the batch: its policy, the engine's live list of its output tokens, how many of them the
+    policy has taken, and whether guidance was given up (a token the mask did not allow was sampled)."""
+
+    request: ToolRequest
+    policy: CallController | _EosOnly
+    output: Sequence[int]
+    seen: int = 0
+    off: bool = False
+
+
+class PolicyBatch:
+    """The per-row policies of a persistent batch, kept in step with the engine's batch updates."""
+
+    def __init__(self, factory: PolicyFactory, *, logger: logging.Logger | None = None) -> None:
+        """Rows start empty; `add` gives a row its request. Problems go to `logger` (default tooldec's)."""
+        self.factory = factory
+        self.log = logger or log
+        self.rows: dict[int, _Row] = {}
+        self._buffer = np.zeros((0, factory.prepared.words), dtype=np.int32)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def remove(self, row: int) -> None:
+        """The request at `row` left the batch."""
+        self.rows.pop(row, None)
+
+    def add(self, row: int, extra_args: Mapping[str, Any] | None, output: Sequence[int]) -> None:
+        """A request took `row` (replacing whatever was there). `output` is the engine's live list of its
+        generated tokens (non-empty when a preempted request comes back); requests without a payload are not
+        guided."""
+        self.rows.pop(row, None)
+        try:
+            request = ToolRequest.from_extra_args(extra_args)
+        except ToolRequestError as exc:  # validate_params refuses these; never fail the whole batch here
+            self.log.error("tooldec: request at row %d not guided: %s", row, exc)
+            return
+        if request is None:
+            return
+        policy: CallController | _EosOnly
+        try:
+            policy = self.factory.policy(request)
+        except Exception as exc:  # noqa: BLE001 -- the engine step must go on for the other rows
+            self.log.error("tooldec: cannot compile the tools of the request at row %d, ending it: %s", row, exc)
+            policy = _EosOnly(self.factory.prepared.eos_mask)
+        self.rows[row] = _Row(request, policy, output)
+
+    def move(self, a: int, b: int, *, swap: bool) -> None:
+        """The request at `a` moved to `b` (replacing what was there); with `swap`, the one at `b` moved to `a`."""
+        at_a = self.rows.pop(a, None)
+        at_b = self.rows.pop(b, None)
+        if at_a is not None:
+            self.rows[b] = at_a
+        if swap and at_b is not None:
+            self.rows[a] = at_b
+
+    def update(
+        self,
+        removed: Iterable[int],
+        added: Iterable[tuple[int, Any, Any, Sequence[int]]],
+        moved: Iterable[tuple[int, int, Any]],
+    ) -> None:
+        """Apply one batch update in vLLM's order: removed, then added `(row, params, prompt_ids, output_ids)`
+        (the params' `extra_args` carry the payload), then moved `(a, b, direction)` (a direction named SWAP
+        exchanges the two rows, any other moves a to b)."""
+        for row in removed:
+            self.remove(row)
+        for row, params, _prompt, output in added:
+            self.add(row, getattr(params, "extra_args", None), output)
+        for a, b, direction in moved:
+            self.move(a, b, swap=getattr(direction, "name", direction) == "SWAP")
+
+    def sync(self) -> None:
+        """Feed every guided row the tokens generated since the last step."""
+        for index, row in self.rows.items():
+            if row.off or not isinstance(row.policy, CallController):
+                continue
+            output = row.output
+            while row.seen < len(output):
+                token = output[row.seen]
+                if token < 0:  # a placeholder of an asynchronous step, not sampled yet
+                    break
+                try:
+                    row.policy.accept_token(int(token))
+                except TokenRejectedError as exc:
+                    row.off = True
+                    self.log.error(
+                        "tooldec: row %d sampled a token its mask did not allow (%s); its guidance stops. "
+                        "Another constraint on the same request (min_tokens, allowed_token_ids, a structured "
+                        "output) can exclude every token tooldec allows.", index, exc,
+                    )
+                    break
+                row.seen += 1
+
+    def fill(self, out: np.ndarray) -> list[int]:
+        """Write the packed mask of every guided row into its row of `out` (`int32[B, W]`, rows past B are
+        skipped); returns the rows written."""
+        rows = [i for i, r in self.rows.items() if not r.off and i < out.shape[0]]
+        if rows:
+            fill_bitmasks([self.rows[i].policy for i in rows], out, rows)  # type: ignore[misc]
+        return rows
+
+    def apply(self, logits: Any) -> Any:
+        """Sync, then mask the guided rows of the `[B, V]` logits in place (C++ for float32 CPU tensors, torch
+        ops on other devices); returns `logits`."""
+        if not self.rows:
+            return logits
+        self.sync()
+        batch = logits.shape[0]
+        if self._buffer.shape[0] < batch:
+            self._buffer = np.zeros((max(batch, 2 * self._buffer.shape[0]), self._buffer.shape[1]), np.int32)
+        out = self._buffer[:batch]
+        rows = self.fill(out)
+        if rows:
+            from tooldec.decoding.sampling import apply_token_bitmask_inplace
+
+            apply_token_bitmask_inplace(logits, out, rows)
+        return logits

@@ -1,0 +1,154 @@
+"""tooldec inside vLLM's V1 engine: every request that carries tools gets guided calls, in `auto` mode too.
+
+Two pieces, both loaded by vLLM itself:
+
+- `ToolDecLogitsProcessor`, a V1 logits processor (`vllm.v1.sample.logits_processor.LogitsProcessor`) that
+  vLLM loads from the `vllm.logits_processors` entry point of an installed tooldec (or from
+  `--logits-processors tooldec.integrations.vllm:ToolDecLogitsProcessor`). It keeps one tooldec policy per
+  batch row (`tooldec.integrations.batch.PolicyBatch`); requests without a tooldec payload are left alone.
+- `ToolDecToolParser`, a tool-call parser registered as `tooldec` (`--tool-parser-plugin
+  tooldec.integrations.vllm --tool-call-parser tooldec --enable-auto-tool-choice`). Its `adjust_request` copies
+  the Chat Completions request's own `tools`, `tool_choice` and `parallel_tool_calls` into the request's
+  `vllm_xargs` as the tooldec payload, so a plain OpenAI client request is guided; it turns vLLM's own
+  constraints off for these requests (no xgrammar structural tag, no JSON-list format for `required` or a named
+  function: the calls come in the model's own syntax, Hermes `<tool_call>` here, and are parsed like `auto`).
+
+Without the parser, a client may send the payload itself: `vllm_xargs=tool_payload(tools, tool_choice)` in the
+request body, or `SamplingParams(extra_args=tool_payload(...))` with the offline `LLM`.
+
+This module imports vLLM; `import tooldec` never imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+from vllm.logger import init_logger
+from vllm.tool_parsers.abstract_tool_parser import ToolParserManager
+from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
+
+from tooldec.integrations.batch import (
+    PAYLOAD_KEY,
+    PolicyBatch,
+    PolicyFactory,
+    ToolRequest,
+    check_compiles,
+    tool_payload,
+)
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams
+    from vllm.config import VllmConfig
+
+__all__ = ["ToolDecLogitsProcessor", "ToolDecToolParser", "tool_payload"]
+
+log = init_logger("vllm.tooldec")  # vLLM's log configuration covers its own namespace
+
+SYNTAX_ENV = "TOOLDEC_VLLM_SYNTAX"
+"""Environment variable naming the model's call syntax (hermes, llama31, mistral) when its chat template is
+not enough to tell (e.g. a server-side --chat-template)."""
+
+_ACTIVE: weakref.WeakValueDictionary[int, ToolDecLogitsProcessor] = weakref.WeakValueDictionary()
+"""The working processor per engine config: loaded twice (entry point and --logits-processors), the second
+copy stays passive instead of masking every row twice."""
+
+
+def _load_tokenizer(model_config: Any) -> Any:
+    """The model's Hugging Face tokenizer, as vLLM's config names it."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(
+        model_config.tokenizer,
+        revision=getattr(model_config, "tokenizer_revision", None),
+        trust_remote_code=bool(getattr(model_config, "trust_remote_code", False)),
+    )
+
+
+class ToolDecLogitsProcessor(LogitsProcessor):
+    """Masks the logits of every request carrying a tooldec payload to the tokens its policy allows."""
+
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
+        """Refuse a malformed payload before the request runs (vLLM answers HTTP 400 with the message): bad
+        JSON, bad tools, an unknown named tool, a schema tooldec cannot enforce."""
+        extra = sampling_params.extra_args
+        if not extra or PAYLOAD_KEY not in extra:
+            return
+        request = ToolRequest.from_extra_args(extra)
+        assert request is not None
+        check_compiles(extra[PAYLOAD_KEY], request.syntax or "hermes")
+
+    def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
+        """Prepare the model's vocabulary once (the tokenizer, the token trie, the trigger masks on first use)."""
+        self.batch: PolicyBatch | None = None
+        key = id(vllm_config)
+        if key in _ACTIVE:
+            log.info("tooldec: logits processor loaded twice (entry point and --logits-processors); one is passive")
+            return
+        model_config = vllm_config.model_config
+        try:
+            tokenizer = _load_tokenizer(model_config)
+            factory = PolicyFactory.from_hf(
+                tokenizer, vocab_size=model_config.get_vocab_size(), syntax=os.environ.get(SYNTAX_ENV) or None
+            )
+        except Exception as exc:  # noqa: BLE001 -- installed as a plugin, it must not stop vLLM for other models
+            log.error("tooldec: no tool guidance for %s: %s", model_config.tokenizer, exc)
+            return
+        self.batch = PolicyBatch(factory, logger=log)
+        _ACTIVE[key] = self
+        log.info("tooldec: tool guidance ready (%s syntax, %d tokens)", factory.syntax, factory.prepared.size)
+
+    def is_argmax_invariant(self) -> bool:
+        """Masking changes the argmax: greedy requests need the processor too."""
+        return False
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        """Follow the batch: removed, then added, then moved rows."""
+        if batch_update is not None and self.batch is not None:
+            self.batch.update(batch_update.removed, batch_update.added, batch_update.moved)
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """Feed each guided row its new tokens, fill all masks in one call, apply them in place."""
+        if self.batch is None:
+            return logits
+        return self.batch.apply(logits)
+
+
+class ToolDecToolParser(Hermes2ProToolParser):
+    """Hermes `<tool_call>` calls, guided by tooldec: the request's tools go to the logits processor.
+
+    `adjust_request` writes the tooldec payload into `vllm_xargs` from the request's `tools`, `tool_choice` and
+    `parallel_tool_calls`; vLLM's own constraints stay off (tooldec's are complete), and required or named
+    calls are parsed from the `<tool_call>` blocks like auto ones."""
+
+    structural_tag_model = None
+    supports_required_and_named = False
+    syntax = "hermes"
+
+    def adjust_request(self, request: Any) -> Any:
+        """Attach the payload to a Chat Completions request that carries tools (tool_choice other than none)."""
+        if not isinstance(request, ChatCompletionRequest) or not request.tools or request.tool_choice == "none":
+            return request
+        choice = request.tool_choice
+        if hasattr(choice, "model_dump"):
+            choice = choice.model_dump(exclude_none=True)
+        xargs = dict(request.vllm_xargs or {})
+        xargs.update(
+            tool_payload(
+                [tool.model_dump(exclude_none=True) for tool in request.tools],
+                choice if choice is not None else "auto",
+                parallel_tool_calls=request.parallel_tool_calls,
+                syntax=self.syntax,
+            )
+        )
+        request.vllm_xargs = xargs
+        request.skip_special_tokens = False  # a model whose <tool_call> is a special token must still show it
+        return request
+
+
+ToolParserManager.register_module("tooldec", module=ToolDecToolParser)
