@@ -675,14 +675,19 @@ class Index {
     trans_.assign(trans.data(), trans.data() + static_cast<size_t>(n_) * nc_);
     std::memcpy(classes_, classes.data(), 256);
     accepting_.assign(accepting.data(), accepting.data() + n_);
-    for (int32_t v : trans_)
-      if (v < 0 || v >= n_) throw std::invalid_argument("a transition leads outside the automaton");
     class_size_.assign(nc_, 0);
     for (int b = 0; b < 256; ++b) class_size_[classes_[b]] += 1;
     width_.assign(n_, 0);
-    for (int32_t s = 0; s < n_; ++s)
-      for (int c = 0; c < nc_; ++c)
-        if (trans_[static_cast<size_t>(s) * nc_ + c] != DEAD) width_[s] += class_size_[c];
+    for (int32_t s = 0; s < n_; ++s) {
+      const int32_t* row = trans_.data() + static_cast<size_t>(s) * nc_;
+      int32_t w = 0;
+      for (int c = 0; c < nc_; ++c) {
+        if (static_cast<uint32_t>(row[c]) >= static_cast<uint32_t>(n_))
+          throw std::invalid_argument("a transition leads outside the automaton");
+        w += row[c] != DEAD ? class_size_[c] : 0;
+      }
+      width_[s] = w;
+    }
     entries_ = std::make_unique<std::atomic<Entry*>[]>(n_);
     for (int32_t i = 0; i < n_; ++i) entries_[i].store(nullptr, std::memory_order_relaxed);
   }
