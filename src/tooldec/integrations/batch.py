@@ -251,6 +251,7 @@ class PolicyBatch:
         self.log = logger or log
         self.rows: dict[int, _Row] = {}
         self._buffer = np.zeros((0, factory.prepared.words), dtype=np.int32)
+        self._warned_async = False
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -313,6 +314,14 @@ class PolicyBatch:
             while row.seen < len(output):
                 token = output[row.seen]
                 if token < 0:  # a placeholder of an asynchronous step, not sampled yet
+                    if not self._warned_async:
+                        self._warned_async = True
+                        self.log.warning(
+                            "tooldec: a sampled token is not visible yet (asynchronous scheduling), so a mask "
+                            "may lag one token; in vLLM pass --logits-processors "
+                            "tooldec.integrations.vllm:ToolDecLogitsProcessor (it keeps output tokens "
+                            "current for logits processors) or --no-async-scheduling"
+                        )
                     break
                 try:
                     row.policy.accept_token(int(token))

@@ -1,0 +1,551 @@
+"""tooldec inside vLLM.
+
+Unit tier (no vLLM needed): the request payload, and the per-row bookkeeping of vLLM's persistent batch driven by
+fake batch updates (removed, added, moved; a slot reused by a new request gets a fresh policy) and by a small
+simulated engine whose sampled calls must all be valid.
+
+vLLM tier (marker `vllm`): vLLM's OpenAI server with tooldec's tool parser and logits processor, on the default
+model, queried with the `openai` client: calls in auto, required and named modes, streamed and not, concurrent
+requests, malformed payloads. It needs a python with vLLM and tooldec installed: `TOOLDEC_VLLM_PYTHON`, or the
+running one; skipped otherwise. See README "vLLM".
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tooldec.compiler import Compiler
+from tooldec.decoding import CallController
+from tooldec.eval.metrics import SyntaxChecker
+from tooldec.integrations.batch import (
+    PAYLOAD_KEY,
+    PolicyBatch,
+    PolicyFactory,
+    ToolRequest,
+    ToolRequestError,
+    check_compiles,
+    tool_payload,
+)
+from tooldec.specs import from_openai_tools
+from tooldec.vocab import Vocabulary
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 12},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "add",
+            "description": "Add two numbers.",
+            "parameters": {
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "integer"}},
+                "required": ["a", "b"],
+            },
+        },
+    },
+]
+NAMED = {"type": "function", "function": {"name": "add"}}
+
+
+# ---------------------------------------------------------------------------------------------- unit tier
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Vocabulary:
+    """Every single byte, some multi-byte pieces of calls and text, EOS last."""
+    pieces = [bytes([b]) for b in range(256)]
+    pieces += [b"<tool_call>", b"</tool_call>", b"<tool", b"_call>", b'{"name": "', b'", "arguments": {',
+               b"get_weather", b"add", b"city", b"Paris", b" the", b"\n", b"12", b"e5", b"}}"]
+    pieces = list(dict.fromkeys(pieces))
+    return Vocabulary.from_bytes([*pieces, None], eos_id=len(pieces))
+
+
+@pytest.fixture(scope="module")
+def factory(vocab: Vocabulary) -> PolicyFactory:
+    return PolicyFactory(Compiler(vocab), "hermes")
+
+
+@dataclass
+class Params:
+    """The part of vLLM's SamplingParams the batch reads."""
+
+    extra_args: dict[str, Any] | None = None
+
+
+class Direction(enum.Enum):
+    """vLLM's MoveDirectionality."""
+
+    UNIDIRECTIONAL = enum.auto()
+    SWAP = enum.auto()
+
+
+@dataclass
+class Update:
+    """vLLM's BatchUpdate: removed rows, added (row, params, prompt_ids, output_ids), moved (a, b, direction)."""
+
+    removed: list[int] = field(default_factory=list)
+    added: list[tuple[int, Params, list[int], list[int]]] = field(default_factory=list)
+    moved: list[tuple[int, int, Direction]] = field(default_factory=list)
+
+
+def apply_update(batch: PolicyBatch, update: Update) -> None:
+    batch.update(update.removed, update.added, update.moved)
+
+
+def tooled(choice: Any = "auto", **kw: Any) -> Params:
+    return Params(tool_payload(TOOLS, choice, **kw))
+
+
+def masked(batch: PolicyBatch, rows: int) -> np.ndarray:
+    """Apply the batch to zero logits; True where a token stays allowed."""
+    import torch
+
+    logits = torch.zeros((rows, batch.factory.prepared.size), dtype=torch.float32)
+    batch.apply(logits)
+    return torch.isfinite(logits).numpy()
+
+
+def allowed_text(vocab: Vocabulary, row_mask: np.ndarray) -> set[bytes | None]:
+    return {vocab.token_bytes[i] for i in np.flatnonzero(row_mask)}
+
+
+def test_payload_round_trip() -> None:
+    payload = tool_payload(TOOLS, NAMED, parallel_tool_calls=False, syntax="hermes", max_calls=2)
+    assert list(payload) == [PAYLOAD_KEY] and isinstance(payload[PAYLOAD_KEY], str)
+    request = ToolRequest.from_extra_args({**payload, "other": 1})
+    assert request is not None
+    assert (request.mode, request.named, request.parallel, request.syntax, request.max_calls) == (
+        "required", "add", False, "hermes", 2)
+    assert request.tools.names == ("get_weather", "add") and request.call_tools.names == ("add",)
+    plain = ToolRequest.from_payload({"tools": TOOLS})
+    assert (plain.mode, plain.named, plain.parallel) == ("auto", None, True)
+    assert ToolRequest.from_extra_args(None) is None and ToolRequest.from_extra_args({"x": "y"}) is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1]", "JSON object"),
+        (json.dumps({"tools": []}), "non-empty list of tools"),
+        (json.dumps({"tools": TOOLS, "tool_choice": "sometimes"}), "tool_choice must be"),
+        (json.dumps({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+         "'nope', which is not one of the tools"),
+        (json.dumps({"tools": TOOLS, "tool_choice": {"type": "function"}}), "named tool_choice"),
+        (json.dumps({"tools": TOOLS, "parallel_tool_calls": "yes"}), "parallel_tool_calls"),
+        (json.dumps({"tools": TOOLS, "syntax": "xml"}), "unknown call syntax"),
+        (json.dumps({"tools": TOOLS, "max_calls": 0}), "max_calls"),
+        (json.dumps({"tools": TOOLS, "tool": 1}), "unknown tooldec payload field"),
+        (json.dumps({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}]}),
+         "invalid tools"),
+    ],
+)
+def test_bad_payloads_name_the_problem(payload: str, message: str) -> None:
+    with pytest.raises(ToolRequestError, match=message) as err:
+        ToolRequest.from_extra_args({PAYLOAD_KEY: payload})
+    assert isinstance(err.value, ValueError)  # vLLM answers ValueError from validate_params with HTTP 400
+
+
+def test_payload_must_be_a_string() -> None:
+    with pytest.raises(ToolRequestError, match="JSON string"):
+        ToolRequest.from_extra_args({PAYLOAD_KEY: ["a"]})
+
+
+def test_check_compiles_refuses_what_tooldec_cannot_enforce() -> None:
+    check_compiles(tool_payload(TOOLS)[PAYLOAD_KEY], "hermes")
+    unique = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}}}]
+    with pytest.raises(ToolRequestError, match="uniqueItems"):
+        check_compiles(tool_payload(unique)[PAYLOAD_KEY], "hermes")
+    empty = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer", "minimum": 5, "maximum": 1}}, "required": ["a"]}}}]
+    with pytest.raises(ToolRequestError):
+        check_compiles(tool_payload(empty)[PAYLOAD_KEY], "hermes")
+
+
+def test_factory_maps_tool_choice(factory: PolicyFactory) -> None:
+    auto = factory.policy(ToolRequest.from_payload({"tools": TOOLS}))
+    assert auto.tool_choice == "auto" and auto.after_call == "text" and auto.mode.value == "text"
+    assert auto.trigger is not None and auto.trigger.text == b"<tool_call>"
+    required = factory.policy(ToolRequest.from_payload({"tools": TOOLS, "tool_choice": "required"}))
+    assert required.mode.value == "tool" and required.forced()  # the trigger is forced
+    single = factory.policy(ToolRequest.from_payload({"tools": TOOLS, "parallel_tool_calls": False}))
+    assert single.after_call == "stop" and single.max_calls == 1
+    named = factory.policy(ToolRequest.from_payload({"tools": TOOLS, "tool_choice": NAMED}))
+    assert named.grammar.tools is not None and named.grammar.tools.names == ("add",)
+    none = factory.policy(ToolRequest.from_payload({"tools": TOOLS, "tool_choice": "none"}))
+    assert none.tool_choice == "none"
+
+
+def test_rows_without_payload_are_untouched(factory: PolicyFactory, vocab: Vocabulary) -> None:
+    batch = PolicyBatch(factory)
+    apply_update(batch, Update(added=[(0, Params(), [1], []), (1, Params({"x": "y"}), [1], [])]))
+    assert len(batch) == 0
+    assert masked(batch, 2).all()
+
+
+def test_required_row_is_masked_and_others_are_not(factory: PolicyFactory, vocab: Vocabulary) -> None:
+    batch = PolicyBatch(factory)
+    apply_update(batch, Update(added=[(0, Params(), [1], []), (1, tooled("required"), [1], [])]))
+    mask = masked(batch, 2)
+    assert mask[0].all()
+    assert allowed_text(vocab, mask[1]) == {b"<tool_call>"}
+
+
+def test_auto_row_bans_only_a_trigger_that_runs_on(factory: PolicyFactory, vocab: Vocabulary) -> None:
+    batch = PolicyBatch(factory)
+    apply_update(batch, Update(added=[(0, tooled("auto"), [1], [])]))
+    mask = masked(batch, 1)[0]
+    assert mask[vocab.encode("<tool_call>")[0]] and mask[vocab.encode(" the")[0]]
+    none = PolicyBatch(factory)
+    apply_update(none, Update(added=[(0, tooled("none"), [1], [])]))
+    mask = masked(none, 1)[0]
+    assert not mask[vocab.encode("<tool_call>")[0]] and mask[vocab.encode(" the")[0]]
+
+
+def test_new_tokens_are_fed_before_each_apply(factory: PolicyFactory, vocab: Vocabulary) -> None:
+    output: list[int] = []
+    batch = PolicyBatch(factory)
+    apply_update(batch, Update(added=[(0, tooled(NAMED), [1], output)]))
+    output += vocab.encode('<tool_call>\n{"name": "add", "arguments": {"a": ')
+    mask = masked(batch, 1)[0]
+    row = batch.rows[0]
+    assert row.seen == len(output) and isinstance(row.policy, CallController)
+    assert allowed_text(vocab, mask) >= {b"1", b"-", b"12"} and b"a" not in allowed_text(vocab, mask)
+    output.append(-1)  # an asynchronous step's placeholder: not fed until it is the real token
+    masked(batch, 1)
+    assert row.seen == len(output) - 1
+
+
+def test_slot_reused_by_a_new_request_gets_a_fresh_policy(factory: PolicyFactory, vocab: Vocabulary) -> None:
+    first: list[int] = []
+    batch = PolicyBatch(factory)
+    apply_update(batch, Update(added=[(0, tooled("required"), [1], first)]))
+    first += vocab.encode('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa')
+    masked(batch, 1)
+    old = batch.rows[0].policy
+    assert isinstance(old, CallController) and old.tokens
+    # the request finishes; a new one takes slot 0 in the same update (removed, then added)
+    second: list[int] = []
+    apply_update(batch, Update(removed=[0], added=[(0, tooled("required"), [1], second)]))
+    new = batch.rows[0].policy
+    assert new is not old and isinstance(new, CallController) and new.tokens == []
+    assert allowed_text(vocab, masked(batch, 1)[0]) == {b"<tool_call>"}
+    # an added row replaces its slot even when vLLM does not list the old request as removed
+    apply_update(batch, Update(added=[(0, tooled("required"), [1], [])]))
+    assert batch.rows[0].policy is not new
+    # a request without tools in a slot that had a guided one is left alone
+    apply_update(batch, Update(removed=[0], added=[(0, Params(), [1], [])]))
+    assert 0 not in batch.rows and masked(batch, 1).all()
+
+
+def test_moves_and_swaps_carry_the_state(factory: PolicyFactory, vocab: Vocabulary) -> None:
+    batch = PolicyBatch(factory)
+    outputs: list[list[int]] = [[], [], []]
+    apply_update(batch, Update(added=[(0, tooled("required"), [1], outputs[0]), (1, Params(), [1], outputs[1]),
+                                      (2, tooled("auto"), [1], outputs[2])]))
+    outputs[0] += vocab.encode("<tool_call>")
+    masked(batch, 3)
+    p0, p2 = batch.rows[0].policy, batch.rows[2].policy
+    # row 1 finished; vLLM condenses the batch by moving row 2 into it
+    apply_update(batch, Update(removed=[1], moved=[(2, 1, Direction.UNIDIRECTIONAL)]))
+    assert batch.rows[1].policy is p2 and 2 not in batch.rows
+    apply_update(batch, Update(moved=[(0, 1, Direction.SWAP)]))
+    assert batch.rows[0].policy is p2 and batch.rows[1].policy is p0
+    mask = masked(batch, 2)
+    assert allowed_text(vocab, mask[1]) == {b"\n"}  # row 1 (moved) still continues its own call
+    assert mask[0, vocab.encode(" the")[0]]  # row 0: auto, text mode
+    # a swap with an empty row is a move
+    apply_update(batch, Update(moved=[(1, 3, Direction.SWAP)]))
+    assert 1 not in batch.rows and batch.rows[3].policy is p0
+
+
+def test_a_token_outside_the_mask_stops_guidance_of_that_row(factory: PolicyFactory, vocab: Vocabulary,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    output: list[int] = []
+    batch = PolicyBatch(factory)
+    apply_update(batch, Update(added=[(0, tooled("required"), [1], output), (1, tooled("required"), [1], [])]))
+    output += vocab.encode("x")
+    mask = masked(batch, 2)
+    assert batch.rows[0].off and "did not allow" in caplog.text
+    assert mask[0].all() and allowed_text(vocab, mask[1]) == {b"<tool_call>"}
+
+
+def test_tools_that_fail_to_compile_end_the_request(factory: PolicyFactory, vocab: Vocabulary,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(request: ToolRequest) -> CallController:
+        raise RuntimeError("boom")
+
+    batch = PolicyBatch(factory)
+    monkeypatch.setattr(factory, "policy", broken)
+    apply_update(batch, Update(added=[(0, tooled(), [1], [])]))
+    assert allowed_text(vocab, masked(batch, 1)[0]) == {None}  # EOS only
+    assert np.flatnonzero(masked(batch, 1)[0]).tolist() == sorted(vocab.eos_ids)
+
+
+def test_malformed_payload_in_the_engine_is_not_guided(factory: PolicyFactory) -> None:
+    batch = PolicyBatch(factory)
+    apply_update(batch, Update(added=[(0, Params({PAYLOAD_KEY: "{"}), [1], [])]))
+    assert len(batch) == 0
+
+
+def test_rows_past_the_logits_are_skipped(factory: PolicyFactory) -> None:
+    batch = PolicyBatch(factory)
+    apply_update(batch, Update(added=[(5, tooled("required"), [1], [])]))
+    assert masked(batch, 2).all()
+
+
+def test_simulated_engine_writes_only_valid_calls(factory: PolicyFactory, vocab: Vocabulary) -> None:
+    """A tiny persistent-batch engine with random logits: requests join freed slots, rows get condensed, and
+    every call written in every mode is valid."""
+    import torch
+
+    rng = random.Random(7)
+    gen = torch.Generator().manual_seed(7)
+    choices: list[Any] = ["auto", "required", NAMED, "none", None]
+    pending = [(i, choices[i % len(choices)]) for i in range(40)]
+    batch = PolicyBatch(factory)
+    slots: dict[int, tuple[int, Any, list[int]]] = {}
+    finished: list[tuple[Any, list[int]]] = []
+    checker = SyntaxChecker(from_openai_tools(TOOLS), "hermes")
+    eos = min(vocab.eos_ids)
+    while pending or slots:
+        update = Update()
+        for row in [r for r, (_, _, out) in slots.items() if out and out[-1] == eos or len(out) >= 120]:
+            update.removed.append(row)
+            finished.append((slots[row][1], slots.pop(row)[2]))
+        while pending and len(slots) < 6:  # fill free slots, lowest first (vLLM reuses removed indices)
+            row = next(r for r in range(6) if r not in slots)
+            number, choice = pending.pop(0)
+            out: list[int] = []
+            slots[row] = (number, choice, out)
+            params = Params() if choice is None else tooled(choice, parallel_tool_calls=number % 2 == 0)
+            update.added.append((row, params, [1], out))
+        if update.removed and rng.random() < 0.5 and slots:  # condense: move the last row into a hole
+            last = max(slots)
+            hole = next((r for r in range(last) if r not in slots), None)
+            if hole is not None:
+                slots[hole] = slots.pop(last)
+                update.moved.append((last, hole, Direction.UNIDIRECTIONAL))
+        apply_update(batch, update)
+        if not slots:
+            continue
+        rows = max(slots) + 1
+        logits = torch.randn((rows, vocab.size), generator=gen) * 3
+        logits[:, eos] -= 4  # keep answers going for a while
+        batch.apply(logits)
+        for row, (_, _, out) in slots.items():
+            probs = torch.softmax(logits[row], dim=-1)
+            out.append(int(torch.multinomial(probs, 1, generator=gen)))
+    calls = 0
+    for choice, out in finished:
+        text = b"".join(vocab.token_bytes[t] or b"" for t in out if t != eos).decode("utf-8", "replace")
+        blocks = [b.split("</tool_call>")[0] for b in text.split("<tool_call>")[1:]]
+        if choice == "none":
+            assert not blocks
+        if choice in ("required", NAMED):
+            assert blocks, text
+        for n, block in enumerate(blocks):
+            complete = "</tool_call>" in text.split("<tool_call>")[n + 1]
+            if not complete:
+                continue  # cut by the length limit
+            check = checker.classify("<tool_call>" + block + "</tool_call>")
+            assert check.kind is None, (check, text)
+            if choice == NAMED:
+                assert check.call is not None and check.call.name == "add"
+            calls += 1
+    assert calls >= 10
+
+
+# ---------------------------------------------------------------------------------------------- vLLM tier
+
+
+def _vllm_python() -> str | None:
+    """A python that imports vLLM and tooldec's integration: TOOLDEC_VLLM_PYTHON (which must work), else this
+    one when it has vLLM, else None."""
+    python = os.environ.get("TOOLDEC_VLLM_PYTHON")
+    if not python:
+        return sys.executable if importlib.util.find_spec("vllm") is not None else None
+    probe = subprocess.run([python, "-c", "import vllm, tooldec.integrations.vllm"], capture_output=True,
+                           text=True, timeout=300, check=False)
+    if probe.returncode != 0:
+        pytest.fail(f"TOOLDEC_VLLM_PYTHON={python} cannot import vllm and tooldec: {probe.stderr[-2000:]}")
+    return python
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """vLLM's OpenAI server with tooldec, on the default model, on a free port of 127.0.0.1."""
+    python = _vllm_python()
+    if python is None:
+        pytest.skip("vLLM is not installed (set TOOLDEC_VLLM_PYTHON to a python that has it; README 'vLLM')")
+    if importlib.util.find_spec("openai") is None:
+        pytest.fail("the vLLM tier needs the openai client in the test environment: pip install openai")
+    from tooldec.backends import fetch_model
+    from tooldec.backends.loader import convert_gguf
+    from tooldec.integrations.vllm_server import VLLMServer, free_port, server_command
+
+    model = convert_gguf(fetch_model("smollm2", progress=False))
+    port = free_port()
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    # the processor is named on the command line too, as for GPUs (README): the entry point's copy stays passive
+    extra = ["--logits-processors", "tooldec.integrations.vllm:ToolDecLogitsProcessor"]
+    server = VLLMServer(server_command(python, model, port, served_name="smollm2", extra=extra), port, log_path=log)
+    server.start()
+    yield server
+    server.stop()
+    text = Path(log).read_text(errors="replace")
+    assert "tool guidance ready" in text and "loaded twice" in text, text[-3000:]
+    serving = text.split("[shutdown]")[0]  # vLLM logs its engine's exit on SIGTERM as an error
+    assert "Traceback" not in serving and "tooldec: row" not in serving, f"the server logged a problem: {log}"
+
+
+@pytest.fixture(scope="module")
+def client(vllm_server: Any) -> Any:
+    from openai import OpenAI
+
+    return OpenAI(base_url=vllm_server.url, api_key="unused", timeout=600, max_retries=0)
+
+
+SYSTEM = (
+    "You can call these functions:\n" + "\n".join(json.dumps(t) for t in TOOLS) + "\n"
+    'To call one, write <tool_call>\n{"name": <function name>, "arguments": <JSON object>}\n</tool_call>'
+)
+FEW_SHOT = [
+    {"role": "system", "content": SYSTEM},
+    {"role": "user", "content": "What is the weather in Rome?"},
+    {"role": "assistant",
+     "content": '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'},
+    {"role": "tool", "content": "sunny, 24 C"},
+    {"role": "assistant", "content": "It is sunny in Rome, 24 C."},
+]
+QUESTIONS = ["What is the weather in Paris?", "Add 2.5 and 40.", "How warm is it in Oslo, in fahrenheit?",
+             "What is 17 plus 25?", "Weather in Lisbon?", "Please add 1 and 2."]
+
+
+def _check_answer(response: Any, choice: Any) -> int:
+    """Every call the answer holds is valid (and no call was left unparsed in the content); returns how many."""
+    checker = SyntaxChecker(from_openai_tools(TOOLS), "hermes")
+    message = response.choices[0].message
+    assert "<tool_call>" not in (message.content or "") or response.choices[0].finish_reason == "length", message
+    for call in message.tool_calls or []:
+        check = checker.check((call.function.name, json.loads(call.function.arguments)))
+        assert check.kind is None, check
+        if isinstance(choice, dict):
+            assert call.function.name == choice["function"]["name"]
+    if choice == "required" or isinstance(choice, dict):
+        assert message.tool_calls, message
+    return len(message.tool_calls or [])
+
+
+def _ask(client: Any, question: str, choice: Any, **kw: Any) -> Any:
+    return client.chat.completions.create(
+        model="smollm2", messages=[*FEW_SHOT, {"role": "user", "content": question}], tools=TOOLS,
+        tool_choice=choice, temperature=kw.pop("temperature", 0), max_tokens=kw.pop("max_tokens", 96), **kw,
+    )
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("choice", ["auto", "required", NAMED], ids=["auto", "required", "named"])
+def test_vllm_calls_are_valid(client: Any, choice: Any) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda q: _ask(client, q, choice), QUESTIONS))
+    calls = sum(_check_answer(a, choice) for a in answers)
+    assert calls >= (1 if choice == "auto" else len(QUESTIONS))
+
+
+@pytest.mark.vllm
+def test_vllm_sampled_calls_are_valid(client: Any) -> None:
+    """Temperature 1.5 makes SmolLM2 wander: without guidance its arguments break the schema."""
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda i: _ask(client, QUESTIONS[i % len(QUESTIONS)], "required",
+                                               temperature=1.5, seed=i), range(12)))
+    assert sum(_check_answer(a, "required") for a in answers) >= 12
+
+
+@pytest.mark.vllm
+def test_vllm_stream_matches_the_answer(client: Any) -> None:
+    answer = _ask(client, "Add 2.5 and 40.", NAMED)
+    stream = _ask(client, "Add 2.5 and 40.", NAMED, stream=True)
+    name, arguments, finish = None, "", None
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        for call in chunk.choices[0].delta.tool_calls or []:
+            if call.function and call.function.name:
+                name = call.function.name
+            if call.function and call.function.arguments:
+                arguments += call.function.arguments
+        finish = chunk.choices[0].finish_reason or finish
+    expected = answer.choices[0].message.tool_calls[0].function
+    assert (name, json.loads(arguments)) == (expected.name, json.loads(expected.arguments))
+    assert finish == answer.choices[0].finish_reason
+
+
+@pytest.mark.vllm
+def test_vllm_request_without_tools_is_plain(client: Any) -> None:
+    answer = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "Say hi."}],
+                                            max_tokens=8, temperature=0)
+    assert answer.choices[0].message.content and not answer.choices[0].message.tool_calls
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"extra_body": {"vllm_xargs": {"tooldec": "{not json"}}}, "not valid JSON"),
+        ({"extra_body": {"vllm_xargs": {"tooldec": json.dumps({"tools": TOOLS, "tool_choice": "maybe"})}}},
+         "tool_choice must be"),
+        ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+            "type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}}}]}, "uniqueItems"),
+    ],
+    ids=["json", "tool_choice", "unsupported-keyword"],
+)
+def test_vllm_bad_payload_is_a_400(client: Any, body: dict[str, Any], message: str) -> None:
+    import openai
+
+    with pytest.raises(openai.BadRequestError, match=message):
+        client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "hi"}],
+                                       max_tokens=4, **body)
+    ok = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert ok.choices[0].finish_reason == "length"
+
+
+@pytest.mark.vllm
+def test_vllm_offline_payload_through_vllm_xargs(client: Any) -> None:
+    """Without the tooldec parser's help the client may send the payload itself; the processor guides it."""
+    answer = client.chat.completions.create(
+        model="smollm2", messages=[*FEW_SHOT, {"role": "user", "content": "Add 2 and 3."}], max_tokens=64,
+        temperature=0, extra_body={"vllm_xargs": tool_payload(TOOLS, NAMED)},
+    )
+    text = answer.choices[0].message.content or ""
+    assert text.startswith("<tool_call>\n") and "</tool_call>" in text, text
+    check = SyntaxChecker(from_openai_tools(TOOLS), "hermes").classify(text[: text.index("</tool_call>") + 12])
+    assert check.kind is None and check.call is not None and check.call.name == "add"
