@@ -5,6 +5,10 @@ mask is applied to the step's logits in place (one kernel), and each row samples
 or a tool's result is appended); rows are left-padded to the same width and the padding is masked out, so
 one forward pass serves the whole batch however many tokens each row adds. Position ids follow the
 attention mask, so padding never shifts a row's positions.
+
+`ContinuousBatch` is the same step for rows that join and leave between steps (a server's requests): each has
+its own policy, sampling parameters and token budget, joiners are prefilled in a pass of their own and slotted
+into a cache whose rows come and go without copying the others (`SlotCache`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from tooldec.decoding.controller import CallEvent, Policy, fill_bitmasks
 from tooldec.decoding.kv_cache import GrowingCache
@@ -26,6 +32,8 @@ from tooldec.vocab import Vocabulary
 Controller = Policy
 OnCall = Callable[[int, CallEvent], str | None]
 """Called when row `int` finishes a call: returns the text to append (a tool's result), or None to end the row."""
+OnToken = Callable[[int, CallEvent | None], None]
+"""Called after the policy accepts a token (sampled or forced), with the call that token completed, if any."""
 
 
 @dataclass
@@ -83,11 +91,9 @@ class Decoder:
         gens = [Generation([], "", [], "length") for _ in range(n)]
         live = [not c.done for c in controllers]
         generator = params.generator()
-        mask_cols: list[torch.Tensor] = []
         reused = prefix.shared(prompts) if prefix is not None else 0
         cache = prefix.cache(n, reused) if prefix is not None and reused else GrowingCache()
-        if reused:
-            mask_cols.append(torch.ones((n, reused), dtype=torch.long))
+        attention = torch.ones((n, reused), dtype=torch.long) if reused else None
         pending: list[list[int]] = [list(p[reused:]) for p in prompts]
         model_time = 0.0
         bitmask = np.empty((n, (self.vocab.size + 31) // 32), dtype=np.int32)
@@ -95,27 +101,8 @@ class Decoder:
             if live[row] and jump_forward:
                 self._take_forced(row, controllers[row], gens[row], pending[row], on_call)
         while any(live):
-            width = max(len(p) for p in pending)
-            ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-            step_mask = torch.zeros((n, width), dtype=torch.long)
-            for row, toks in enumerate(pending):
-                if toks:
-                    ids[row, width - len(toks) :] = torch.tensor(toks, dtype=torch.long)
-                    step_mask[row, width - len(toks) :] = 1
-            mask_cols.append(step_mask)
-            attention = torch.cat(mask_cols, dim=1)
-            positions = (attention.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
             t_model = time.perf_counter()
-            out = self.model(
-                input_ids=ids.to(self.device),
-                attention_mask=attention.to(self.device),
-                position_ids=positions.to(self.device),
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            cache = out.past_key_values
-            logits = out.logits[:, -1, :].float().cpu()
+            logits, attention, cache = self._forward(pending, attention, cache)
             model_time += time.perf_counter() - t_model
             for row in range(n):
                 if live[row]:
@@ -144,15 +131,46 @@ class Decoder:
                     gen.finish_reason = "stop"
         elapsed = time.perf_counter() - start
         for ctrl, gen in zip(controllers, gens, strict=True):
-            gen.tokens = list(ctrl.tokens)
-            gen.text = self.vocab.decode(t for t in ctrl.tokens if t not in self.vocab.eos_ids).decode(
-                "utf-8", errors="replace"
-            )
-            gen.events = list(ctrl.events)
+            self._finish(ctrl, gen)
             gen.seconds = elapsed
             gen.model_seconds = model_time
             gen.prefix_tokens = reused
         return gens
+
+    def _forward(
+        self, pending: Sequence[Sequence[int]], attention: torch.Tensor | None, cache: Any
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """One forward pass over each row's pending tokens, left-padded to the longest (a row may add none).
+
+        `attention` is the `[rows, cached]` mask of what `cache` holds (None when it holds nothing); returns the
+        last position's logits (float32, CPU, `[rows, V]`), the mask with this step's columns, and the cache."""
+        n = len(pending)
+        width = max(len(p) for p in pending)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        step_mask = torch.zeros((n, width), dtype=torch.long)
+        for row, toks in enumerate(pending):
+            if toks:
+                ids[row, width - len(toks) :] = torch.tensor(toks, dtype=torch.long)
+                step_mask[row, width - len(toks) :] = 1
+        attention = step_mask if attention is None else torch.cat([attention, step_mask], dim=1)
+        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
+        out = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=attention.to(self.device),
+            position_ids=positions.to(self.device),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return out.logits[:, -1, :].float().cpu(), attention, out.past_key_values
+
+    def _finish(self, ctrl: Controller, gen: Generation) -> None:
+        """Copy a finished row's tokens, text and calls from its controller into its Generation."""
+        gen.tokens = list(ctrl.tokens)
+        gen.text = self.vocab.decode(t for t in ctrl.tokens if t not in self.vocab.eos_ids).decode(
+            "utf-8", errors="replace"
+        )
+        gen.events = list(ctrl.events)
 
     def _feed(
         self,
@@ -162,9 +180,12 @@ class Decoder:
         token: int,
         pending: list[int],
         on_call: OnCall | None,
+        on_token: OnToken | None = None,
     ) -> None:
         """Give one token to the controller; a finished call may append the tool's result."""
         event = ctrl.accept_token(token)
+        if on_token is not None:
+            on_token(token, event)
         if event is None or on_call is None:
             return
         result = on_call(row, event)
@@ -183,10 +204,322 @@ class Decoder:
         gen: Generation,
         pending: list[int],
         on_call: OnCall | None,
+        on_token: OnToken | None = None,
     ) -> None:
         """Append forced tokens (a forced trigger, then the call's forced stretch) without sampling them."""
         while not ctrl.done and (forced := ctrl.forced()):
             for token in forced:
                 pending.append(token)
                 gen.forced_tokens += 1
-                self._feed(row, ctrl, gen, token, pending, on_call)
+                self._feed(row, ctrl, gen, token, pending, on_call, on_token)
+
+
+class SlotLayer(DynamicLayer):
+    """One layer's keys and values for a batch whose rows come and go: buffers with spare rows and columns.
+
+    The live rows are the first `rows` of the buffers and `keys`/`values` are views of them, so a departing row
+    costs one row's copy (the last row moves into its slot) and a joining row one row's write, not a copy of the
+    whole cache."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append this step's states after every live row's cached columns."""
+        rows, used = self.keys.shape[0], self.keys.shape[-2]
+        self._reserve(rows, used + key_states.shape[-2])
+        total = used + key_states.shape[-2]
+        self._k[:rows, :, used:total] = key_states
+        self._v[:rows, :, used:total] = value_states
+        self._view(rows, total)
+        return self.keys, self.values
+
+    def start(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Hold exactly these rows (batch, heads, positions, head dim)."""
+        self.is_initialized = True
+        self.device = keys.device
+        self._k = keys.new_zeros((0, 0, 0, 0))
+        self._v = values.new_zeros((0, 0, 0, 0))
+        self.keys, self.values = self._k, self._v
+        self._reserve(keys.shape[0], keys.shape[-2], like=(keys, values))
+        self._k[: keys.shape[0], :, : keys.shape[-2]] = keys
+        self._v[: keys.shape[0], :, : keys.shape[-2]] = values
+        self._view(keys.shape[0], keys.shape[-2])
+
+    def add_rows(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Append rows whose positions end where the live rows' do (`keys` no longer than the cache: see
+        `pad_left`); their columns before that are zeros."""
+        rows, used = self.keys.shape[0], self.keys.shape[-2]
+        extra, length = keys.shape[0], keys.shape[-2]
+        self._reserve(rows + extra, used)
+        for buf, new in ((self._k, keys), (self._v, values)):
+            buf[rows : rows + extra, :, : used - length] = 0
+            buf[rows : rows + extra, :, used - length : used] = new
+        self._view(rows + extra, used)
+
+    def pad_left(self, columns: int) -> None:
+        """Insert `columns` empty (zero) positions before every live row's cached ones."""
+        rows, used = self.keys.shape[0], self.keys.shape[-2]
+        keys, values = self.keys.clone(), self.values.clone()
+        self._reserve(rows, used + columns)
+        self._k[:rows, :, :columns] = 0
+        self._v[:rows, :, :columns] = 0
+        self._k[:rows, :, columns : columns + used] = keys
+        self._v[:rows, :, columns : columns + used] = values
+        self._view(rows, used + columns)
+
+    def drop_left(self, columns: int) -> None:
+        """Forget the first `columns` positions of every row (positions no live row attends to)."""
+        rows, used = self.keys.shape[0], self.keys.shape[-2]
+        keys, values = self.keys[:, :, columns:].clone(), self.values[:, :, columns:].clone()
+        self._k[:rows, :, : used - columns] = keys
+        self._v[:rows, :, : used - columns] = values
+        self._view(rows, used - columns)
+
+    def remove_row(self, row: int) -> None:
+        """Drop one live row: the last row moves into its slot."""
+        rows, used = self.keys.shape[0], self.keys.shape[-2]
+        if row != rows - 1:
+            self._k[row, :, :used] = self._k[rows - 1, :, :used]
+            self._v[row, :, :used] = self._v[rows - 1, :, :used]
+        self._view(rows - 1, used)
+
+    def _reserve(self, rows: int, columns: int, like: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """Make the buffers hold at least `rows` x `columns` (doubling), keeping the live part."""
+        cap_rows, cap_cols = self._k.shape[0], self._k.shape[2]
+        if rows <= cap_rows and columns <= cap_cols:
+            return
+        live_rows, live_cols = self.keys.shape[0], self.keys.shape[-2]
+        new_rows = max(rows, 2 * cap_rows if rows > cap_rows else cap_rows, 4)
+        new_cols = max(columns, 2 * cap_cols if columns > cap_cols else cap_cols, 64)
+        grown = []
+        for old, src in zip((self._k, self._v), like or (self.keys, self.values), strict=True):
+            buf = src.new_zeros((new_rows, src.shape[1], new_cols, src.shape[-1]))
+            if live_rows and live_cols and like is None:
+                buf[:live_rows, :, :live_cols] = old[:live_rows, :, :live_cols]
+            grown.append(buf)
+        self._k, self._v = grown
+
+    def _view(self, rows: int, columns: int) -> None:
+        self.keys = self._k[:rows, :, :columns]
+        self.values = self._v[:rows, :, :columns]
+
+
+class SlotCache(DynamicCache):
+    """The KV cache of a ContinuousBatch: SlotLayers that rows join and leave between steps."""
+
+    def __init__(self, layers: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """A cache holding `layers`' states (batch, heads, positions, head dim)."""
+        self.slots: list[SlotLayer] = []
+        for keys, values in layers:
+            layer = SlotLayer()
+            layer.start(keys, values)
+            self.slots.append(layer)
+        Cache.__init__(self, layers=list(self.slots))
+
+
+@dataclass
+class BatchRow:
+    """One sequence of a ContinuousBatch: its policy, how it samples, its limits and what it produced so far.
+
+    `on_token(token, event)` runs in the stepping thread after each token the policy accepts (sampled or
+    forced), with the call that token completed, if any."""
+
+    prompt: list[int]
+    policy: Controller
+    params: SamplingParams
+    max_new_tokens: int
+    jump_forward: bool = True
+    on_token: Callable[[int, CallEvent | None], None] | None = None
+    on_call: Callable[[CallEvent], str | None] | None = None
+    gen: Generation = field(default_factory=lambda: Generation([], "", [], "length"))
+    generator: torch.Generator | None = None
+    pending: list[int] = field(default_factory=list)
+    finished: bool = False
+    error: str | None = None
+
+
+class ContinuousBatch:
+    """Continuous batching on a Decoder: rows join and leave between steps, each with its own policy,
+    sampling parameters and token budget.
+
+    A step runs the live rows' pending tokens through the model in one pass; rows added since the last step are
+    prefilled in a second pass and their caches slotted in (left-padded to the batch's positions). Then, as in
+    `Decoder.generate`, every row's mask is filled in one batched call, applied to the logits in place, and each
+    row samples, takes its forced stretch and reports its tokens. Not thread-safe: call `add`, `remove` and
+    `step` from one thread at a time (a server calls `step` in a worker thread and the others between steps).
+    """
+
+    def __init__(self, decoder: Decoder) -> None:
+        """Decode with `decoder`'s model and vocabulary."""
+        self.decoder = decoder
+        self.rows: list[BatchRow] = []
+        self.joining: list[BatchRow] = []
+        self._cache: SlotCache | None = None
+        self._attention: torch.Tensor | None = None
+        self._bitmask = np.empty((0, (decoder.vocab.size + 31) // 32), dtype=np.int32)
+
+    def __len__(self) -> int:
+        """Rows live or waiting to join."""
+        return len(self.rows) + len(self.joining)
+
+    def add(
+        self,
+        prompt: Sequence[int],
+        policy: Controller,
+        params: SamplingParams = SamplingParams(),
+        *,
+        max_new_tokens: int = 256,
+        jump_forward: bool = True,
+        on_token: Callable[[int, CallEvent | None], None] | None = None,
+        on_call: Callable[[CallEvent], str | None] | None = None,
+    ) -> BatchRow:
+        """Queue a sequence; it joins the batch at the next step. `on_call` works as in `Decoder.generate`."""
+        if not prompt:
+            raise ValueError("a prompt needs at least one token")
+        row = BatchRow(list(prompt), policy, params, max_new_tokens, jump_forward, on_token, on_call)
+        row.generator = params.generator()
+        row.pending = list(prompt)
+        self.joining.append(row)
+        return row
+
+    def remove(self, row: BatchRow) -> None:
+        """Drop a row (its client left): it takes no further part, and its slot is freed at the next step."""
+        row.finished = True
+        if row in self.joining:
+            self.joining.remove(row)
+
+    @torch.inference_mode()
+    def step(self) -> list[BatchRow]:
+        """One decoding step of every row; returns the rows that finished in it (stop, length or error)."""
+        finished: list[BatchRow] = []
+        self._compact()
+        joining, self.joining = self.joining, []
+        for row in joining:
+            if row.jump_forward and not row.policy.done:
+                self._safely(row, self._take_forced)
+                if row.finished:
+                    finished.append(row)
+        joining = [r for r in joining if not r.finished]
+        parts: list[torch.Tensor] = []
+        order: list[BatchRow] = []
+        t_model = time.perf_counter()
+        if self.rows:
+            logits, self._attention, _ = self.decoder._forward(
+                [r.pending for r in self.rows], self._attention, self._cache
+            )
+            parts.append(logits)
+            order.extend(self.rows)
+        if joining:
+            logits, attention, cache = self.decoder._forward([r.pending for r in joining], None, GrowingCache())
+            self._join(joining, attention, cache)
+            parts.append(logits)
+            order.extend(joining)
+        if not order:
+            return finished
+        seconds = time.perf_counter() - t_model
+        logits = torch.cat(parts) if len(parts) > 1 else parts[0]
+        sampling: list[int] = []
+        for i, row in enumerate(order):
+            row.pending = []
+            row.gen.forward_passes += 1
+            row.gen.model_seconds += seconds
+            if row.policy.done:
+                self._end(row, "stop", finished)
+            elif row.gen.sampled_tokens + row.gen.forced_tokens >= row.max_new_tokens:
+                self._end(row, "length", finished)
+            else:
+                sampling.append(i)
+        if sampling:
+            if self._bitmask.shape[0] < len(order):
+                self._bitmask = np.empty((2 * len(order), self._bitmask.shape[1]), dtype=np.int32)
+            fill_bitmasks([order[i].policy for i in sampling], self._bitmask, sampling)
+            apply_token_bitmask_inplace(logits, self._bitmask[: len(order)], sampling)
+        for i in sampling:
+            row = order[i]
+            self._safely(row, lambda r, i=i: self._sample(r, logits[i]))  # type: ignore[misc]
+            if row.finished:
+                finished.append(row)
+            elif row.policy.done:
+                self._end(row, "stop", finished)
+        return finished
+
+    def _sample(self, row: BatchRow, logits: torch.Tensor) -> None:
+        """Sample the row's next token and take what follows it (a forced stretch, a tool's result)."""
+        token = sample_token(logits, row.params, row.generator)
+        row.gen.sampled_tokens += 1
+        row.pending.append(token)
+        self.decoder._feed(0, row.policy, row.gen, token, row.pending, self._on_call(row), row.on_token)
+        if not row.policy.done and row.jump_forward:
+            self._take_forced(row)
+
+    def _take_forced(self, row: BatchRow) -> None:
+        self.decoder._take_forced(0, row.policy, row.gen, row.pending, self._on_call(row), row.on_token)
+
+    @staticmethod
+    def _on_call(row: BatchRow) -> OnCall | None:
+        on_call = row.on_call
+        return None if on_call is None else (lambda _row, event: on_call(event))
+
+    def _safely(self, row: BatchRow, action: Callable[[BatchRow], None]) -> None:
+        """Run one row's part of the step; an error ends that row (finish_reason "error"), not the batch."""
+        try:
+            action(row)
+        except Exception as exc:  # noqa: BLE001 -- one row's failure must not take the others down
+            row.error = f"{type(exc).__name__}: {exc}"
+            row.finished = True
+            row.gen.finish_reason = "error"
+            self.decoder._finish(row.policy, row.gen)
+
+    def _end(self, row: BatchRow, reason: str, finished: list[BatchRow]) -> None:
+        row.finished = True
+        row.gen.finish_reason = reason
+        self.decoder._finish(row.policy, row.gen)
+        finished.append(row)
+
+    def _compact(self) -> None:
+        """Free the slots of finished rows, and positions no live row attends to any more."""
+        if self._cache is None or self._attention is None:
+            return
+        attention = self._attention
+        for i in reversed(range(len(self.rows))):
+            if not self.rows[i].finished:
+                continue
+            last = len(self.rows) - 1
+            for layer in self._cache.slots:
+                layer.remove_row(i)
+            attention[i] = attention[last]
+            attention = attention[:last]
+            self.rows[i] = self.rows[last]
+            self.rows.pop()
+        if not self.rows:
+            self._cache, self._attention = None, None
+            return
+        used = attention.any(dim=0)
+        first = int(used.int().argmax())
+        if first >= 64 and 4 * first >= attention.shape[1]:
+            for layer in self._cache.slots:
+                layer.drop_left(first)
+            attention = attention[:, first:]
+        self._attention = attention
+
+    def _join(self, rows: list[BatchRow], attention: torch.Tensor, cache: GrowingCache) -> None:
+        """Slot newly prefilled rows into the batch: the shorter side is left-padded to the other's length."""
+        layers: list[tuple[torch.Tensor, torch.Tensor]] = [
+            (layer.keys, layer.values) for layer in cache.layers  # type: ignore[union-attr, misc]
+        ]
+        if self._cache is None or self._attention is None:
+            self._cache, self._attention, self.rows = SlotCache(layers), attention, list(rows)
+            return
+        used, length = self._attention.shape[1], attention.shape[1]
+        if length > used:
+            for layer in self._cache.slots:
+                layer.pad_left(length - used)
+            self._attention = F.pad(self._attention, (length - used, 0))
+            used = length
+        for layer, (keys, values) in zip(self._cache.slots, layers, strict=True):
+            layer.add_rows(keys, values)
+        self._attention = torch.cat([self._attention, F.pad(attention, (used - length, 0))])
+        self.rows.extend(rows)

@@ -1,0 +1,128 @@
+"""Continuous batching (ContinuousBatch): rows that join and leave between steps get the tokens they get alone."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from tooldec.compiler import Compiler
+from tooldec.decoding import CallController, SamplingParams
+from tooldec.decoding.decoder import ContinuousBatch, Decoder
+from tooldec.specs import ToolSet, ToolSpec
+from tooldec.toolsets import funcqa_tools
+
+WEATHER = ToolSpec(
+    "get_weather",
+    "Weather in a city.",
+    {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 12}, "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"],
+    },
+)
+TOOLS = ToolSet([*funcqa_tools(), WEATHER])
+
+
+@pytest.fixture(scope="module")
+def setup(bytelevel_vocab, tiny_llama):  # type: ignore[no-untyped-def]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a 32-wide model: more threads only contend on a shared machine
+    model = tiny_llama(bytelevel_vocab.size)
+    grammar = Compiler(bytelevel_vocab).compile(TOOLS, "hermes")
+    yield Decoder(model, bytelevel_vocab), grammar
+    torch.set_num_threads(threads)
+
+
+def _alone(decoder: Decoder, grammar, prompt: list[int], params: SamplingParams, limit: int):  # type: ignore[no-untyped-def]
+    """The row decoded by Decoder.generate on its own."""
+    return decoder.generate([prompt], [CallController(grammar)], params, max_new_tokens=limit)[0]
+
+
+def _run(batch: ContinuousBatch, grammar, schedule: dict[int, list], limit: int = 400) -> list:  # type: ignore[no-untyped-def, type-arg]
+    """Step the batch, adding schedule[step] before that step; returns the rows in their order of addition."""
+    rows = []
+    step = 0
+    while len(batch) or any(s >= step for s in schedule):
+        for prompt, params, max_tokens in schedule.get(step, []):
+            rows.append(batch.add(prompt, CallController(grammar), params, max_new_tokens=max_tokens))
+        batch.step()
+        step += 1
+        assert step < limit
+    return rows
+
+
+def test_rows_joining_between_steps_get_their_tokens_alone(setup, bytelevel_vocab) -> None:  # type: ignore[no-untyped-def]
+    decoder, grammar = setup
+    enc = bytelevel_vocab.encode
+    greedy = SamplingParams()
+    long_prompt = enc("a much longer prompt that has many more tokens than the others do, " * 3)
+    schedule = {
+        0: [(enc("a"), greedy, 300), (enc("b c"), SamplingParams(temperature=1.0, seed=3), 300)],
+        2: [(long_prompt, greedy, 300)],  # longer than the batch's cache: every row is left-padded
+        5: [(enc("x"), greedy, 12)],  # a short budget: it leaves early ("length")
+        6: [(enc("hello there"), SamplingParams(temperature=0.7, top_p=0.9, seed=11), 300)],
+    }
+    rows = _run(ContinuousBatch(decoder), grammar, schedule)
+    flat = [item for step in sorted(schedule) for item in schedule[step]]
+    for i, (prompt, params, limit) in enumerate(flat):
+        row, alone = rows[i], _alone(decoder, grammar, prompt, params, limit)
+        assert row.finished and row.error is None
+        assert row.gen.tokens == alone.tokens, i
+        assert row.gen.finish_reason == alone.finish_reason
+        assert [e.calls for e in row.gen.events] == [e.calls for e in alone.events]
+    assert rows[3].gen.finish_reason == "length"
+
+
+def test_a_removed_row_leaves_the_others_unchanged(setup, bytelevel_vocab) -> None:  # type: ignore[no-untyped-def]
+    decoder, grammar = setup
+    enc = bytelevel_vocab.encode
+    batch = ContinuousBatch(decoder)
+    prompts = [enc("first prompt"), enc("a second, longer prompt"), enc("3")]
+    rows = [batch.add(p, CallController(grammar), max_new_tokens=300) for p in prompts]
+    batch.step()
+    batch.step()
+    batch.remove(rows[1])
+    seen = []
+    while len(batch):
+        seen += batch.step()
+    assert rows[1] not in seen and rows[1].finished
+    for i in (0, 2):
+        assert rows[i].gen.tokens == _alone(decoder, grammar, prompts[i], SamplingParams(), 300).tokens
+    assert batch._cache is None  # every slot freed once the batch is empty
+
+
+def test_old_positions_are_dropped_when_no_row_needs_them(setup, bytelevel_vocab) -> None:  # type: ignore[no-untyped-def]
+    decoder, grammar = setup
+    enc = bytelevel_vocab.encode
+    batch = ContinuousBatch(decoder)
+    long_prompt = enc("a long prompt that will leave the batch early, " * 12)
+    short = enc("short")
+    leaving = batch.add(long_prompt, CallController(grammar), max_new_tokens=2)
+    staying = batch.add(short, CallController(grammar), max_new_tokens=300)
+    widths = []
+    while len(batch):
+        batch.step()
+        if batch._attention is not None:
+            widths.append(batch._attention.shape[1])
+    assert leaving.gen.finish_reason == "length"
+    assert min(widths) < len(long_prompt)  # the long prompt's positions were dropped
+    assert staying.gen.tokens == _alone(decoder, grammar, short, SamplingParams(), 300).tokens
+
+
+def test_a_failing_row_ends_alone(setup, bytelevel_vocab) -> None:  # type: ignore[no-untyped-def]
+    decoder, grammar = setup
+    enc = bytelevel_vocab.encode
+    batch = ContinuousBatch(decoder)
+
+    def boom(token: int, event: object) -> None:
+        raise RuntimeError("client callback failed")
+
+    bad = batch.add(enc("a"), CallController(grammar), on_token=boom)
+    good = batch.add(enc("b"), CallController(grammar), max_new_tokens=300)
+    finished = []
+    while len(batch):
+        finished += batch.step()
+    assert bad in finished and bad.gen.finish_reason == "error" and "client callback failed" in (bad.error or "")
+    assert good.gen.tokens == _alone(decoder, grammar, enc("b"), SamplingParams(), 300).tokens
