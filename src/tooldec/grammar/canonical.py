@@ -7,6 +7,8 @@ the value's own order.
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
 from typing import Any
 
 from jsonschema.validators import validator_for
@@ -84,19 +86,37 @@ class CanonicalWriter:
                 return items
         return True
 
+    @staticmethod
+    def _member_schema(parts: list[dict], seen: dict[str, Any], key: str) -> Any:
+        """The schema of one member's value: its property's, with every patternProperties schema matching it.
+
+        They come in the order the schema compiler merges them (property first, then patterns); a key neither
+        declared nor matched takes the first `additionalProperties`.
+        """
+        schemas = [seen[key]] if key in seen else []
+        for part in parts:
+            pats = part.get("patternProperties")
+            for pat, sub in pats.items() if isinstance(pats, dict) else ():
+                if _search(pat, key):
+                    schemas.append(sub)
+        if not schemas:
+            return next((p["additionalProperties"] for p in parts if "additionalProperties" in p), True)
+        return schemas[0] if len(schemas) == 1 else {"allOf": schemas}
+
     def _dump(self, value: Any, schema: Any, depth: int) -> str:
         syn = self.syntax
         if isinstance(value, dict):
             parts = self._parts(value, schema)
+            parts += [p for part in list(parts) for d in _triggered(part, value) for p in self._parts(value, d)]
             seen: dict[str, Any] = {}
             for part in parts:
                 props = part.get("properties")
                 for name, sub in props.items() if isinstance(props, dict) else ():
                     seen.setdefault(name, sub)
-            extra = next((p["additionalProperties"] for p in parts if "additionalProperties" in p), True)
             keys = [k for k in seen if k in value] + [k for k in value if k not in seen]
             fields = [
-                syn.dumps(str(k)) + syn.key_sep + self._dump(value[k], seen.get(k, extra), depth + 1) for k in keys
+                syn.dumps(str(k)) + syn.key_sep + self._dump(value[k], self._member_schema(parts, seen, str(k)), depth + 1)
+                for k in keys
             ]
             return "{" + syn.item_sep.join(fields) + "}"
         if isinstance(value, list):
@@ -105,3 +125,28 @@ class CanonicalWriter:
                 self._dump(v, self._items_schema(parts, i), depth + 1) for i, v in enumerate(value)
             ) + "]"
         return syn.dumps(value)
+
+
+@lru_cache(maxsize=1024)
+def _compiled(pattern: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(pattern)
+    except (re.error, TypeError):
+        return None
+
+
+def _search(pattern: Any, key: str) -> bool:
+    """Whether a patternProperties pattern matches a key (Python's reading; only used to pick key orders)."""
+    rx = _compiled(pattern) if isinstance(pattern, str) else None
+    return bool(rx and rx.search(key))
+
+
+def _triggered(schema: dict, value: dict) -> list[Any]:
+    """The dependent schemas (`dependentSchemas`, schema-valued `dependencies`) that the value's keys trigger."""
+    out = []
+    for key in ("dependencies", "dependentSchemas"):
+        deps = schema.get(key)
+        for name, dep in deps.items() if isinstance(deps, dict) else ():
+            if isinstance(dep, dict) and name in value:
+                out.append(dep)
+    return out

@@ -7,9 +7,18 @@ about automata or tokenizers. Byte sets are Python ints used as 256-bit masks (b
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 ALL_BYTES = (1 << 256) - 1
+
+
+def _cached_hash(self: object) -> int:
+    """Structural hash computed once per node: alternation dedup and caches hash big trees many times."""
+    h = self._h  # type: ignore[attr-defined]
+    if not h:
+        h = hash((type(self).__name__, *(getattr(self, f.name) for f in fields(self) if f.compare))) or 1  # type: ignore[arg-type]
+        object.__setattr__(self, "_h", h)
+    return h
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +26,8 @@ class Bytes:
     """Exactly one byte from a set (a 256-bit mask)."""
 
     mask: int
+    _h: int = field(default=0, compare=False, repr=False)
+    __hash__ = _cached_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +35,8 @@ class Seq:
     """Each item in turn; the empty sequence matches the empty string."""
 
     items: tuple[Node, ...]
+    _h: int = field(default=0, compare=False, repr=False)
+    __hash__ = _cached_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +44,8 @@ class Alt:
     """Any one of the items; the empty alternation matches nothing."""
 
     items: tuple[Node, ...]
+    _h: int = field(default=0, compare=False, repr=False)
+    __hash__ = _cached_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +56,8 @@ class Repeat:
     min: int = 0
     max: int | None = None
     sep: Node | None = None
+    _h: int = field(default=0, compare=False, repr=False)
+    __hash__ = _cached_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +70,8 @@ class Fields:
 
     items: tuple[tuple[Node, bool], ...]
     sep: Node
+    _h: int = field(default=0, compare=False, repr=False)
+    __hash__ = _cached_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +79,8 @@ class Intersect:
     """Strings matched by every item (the automaton builds it as a product of DFAs)."""
 
     items: tuple[Node, ...]
+    _h: int = field(default=0, compare=False, repr=False)
+    __hash__ = _cached_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +89,8 @@ class Difference:
 
     left: Node
     right: Node
+    _h: int = field(default=0, compare=False, repr=False)
+    __hash__ = _cached_hash
 
 
 Node = Bytes | Seq | Alt | Repeat | Fields | Intersect | Difference

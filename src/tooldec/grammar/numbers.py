@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from tooldec.grammar.ir import (
     EMPTY,
     NOTHING,
+    Intersect,
     Node,
     Repeat,
     alt,
@@ -131,6 +134,81 @@ def number_range(lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool) -
         m_hi = None if lo is None else -lo
         parts.append(seq(lit("-"), _magnitude(m_lo, m_incl, m_hi, lo_incl)))
     return alt(*parts)
+
+
+EXPONENT_NUMBER = seq(opt(lit("-")), UNSIGNED, opt(FRACTION), EXPONENT)
+"""Every number spelled with an exponent."""
+
+
+def integral_spellings(lo: int | None, hi: int | None) -> Node:
+    """A superset of the non-exponent numbers that exact arithmetic or a binary float reads as an integer in
+    [lo, hi]: `5.0`, `-0`, and decimals within float rounding of an integer (a fraction opening with enough
+    zeros or nines for the integer part's size, strictly between lo - 1 and hi + 1); every such number from
+    10^15 on."""
+    parts: list[Node] = [seq(integer_range(lo, hi), ZERO_FRACTION)]
+    if (lo is None or lo <= 0) and (hi is None or hi >= 0):
+        parts.append(seq(lit("-0"), ZERO_FRACTION))
+    sign = opt(lit("-"))
+    near: list[Node] = []
+    for k in range(1, 17):  # k integer digits: floats there are spaced about 10^(k-16) apart
+        zeros = max(16 - k - 1, 0)
+        near.append(seq(sign, Repeat(DIGIT, k, k), lit("."), alt(Repeat(lit("0"), zeros, zeros), Repeat(lit("9"), zeros, zeros)), star(DIGIT)))
+    near.append(seq(sign, NONZERO, Repeat(DIGIT, 15, None), opt(FRACTION)))
+    if lo is not None or hi is not None:
+        window = number_range(None if lo is None else lo - 1, False, None if hi is None else hi + 1, False)
+        parts.append(Intersect((alt(*near), window)))
+    else:
+        parts += near
+    return alt(*parts)
+
+
+def _fixed(value: Fraction, places: int) -> str:
+    """`value` (a multiple of 10^-places, >= 0) with exactly `places` fraction digits."""
+    scaled = int(value * 10**places)
+    if not places:
+        return str(scaled)
+    digits = str(scaled).rjust(places + 1, "0")
+    return f"{digits[:-places]}.{digits[-places:]}"
+
+
+def _canonical(value: Fraction) -> str:
+    """The shortest exact decimal of a terminating value >= 0 (`2`, `1.5`)."""
+    text = _fixed(value, 0) if value.denominator == 1 else None
+    if text is not None:
+        return text
+    places = 0
+    while (value * 10**places).denominator != 1:
+        places += 1
+    return _fixed(value, places)
+
+
+def near_spellings(value: int | float) -> Node:
+    """A superset of the numbers equal to `value` in exact decimal or binary floating-point arithmetic.
+
+    Those lie within one unit of its 15th significant digit (binary rounding is finer): the decimals there
+    (any spelling: `1.5`, `1.50`, `1.4999999999999999999`), every exponent spelling, and any number from
+    10^14 on when `value` is that large."""
+    exact = Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+    if exact == 0:
+        return alt(seq(opt(lit("-")), lit("0"), ZERO_FRACTION), EXPONENT_NUMBER)
+    magnitude = abs(exact)
+    if magnitude >= 10**14:
+        return any_number()
+    sign = lit("-") if exact < 0 else EMPTY
+    first = len(str(magnitude.numerator // magnitude.denominator)) - 1 if magnitude >= 1 else -1
+    while magnitude < Fraction(10) ** first:
+        first -= 1
+    places = 14 - first  # the 15th significant digit's place (> 0 below 10^14)
+    unit = Fraction(1, 10**places)
+    k = (magnitude / unit).numerator // (magnitude / unit).denominator
+    options: list[Node] = [EXPONENT_NUMBER]
+    for near in (k - 1, k, k + 1):
+        v = near * unit
+        canonical = _canonical(v)
+        tail = star(lit("0")) if "." in canonical else ZERO_FRACTION
+        options.append(seq(sign, lit(canonical), tail))
+        options.append(seq(sign, lit(_fixed(v, places)), star(DIGIT)))
+    return alt(*options)
 
 
 def any_number() -> Node:

@@ -15,7 +15,7 @@ from re import _constants as C  # type: ignore[attr-defined]
 from re import _parser  # type: ignore[attr-defined]
 
 from tooldec.errors import UnsupportedSchemaError
-from tooldec.grammar.ir import EMPTY, Bytes, Node, Repeat, alt, seq, star
+from tooldec.grammar.ir import EMPTY, Bytes, Node, Repeat, alt, opt, seq, star
 from tooldec.grammar.strings import (
     MAX_CODEPOINT,
     Ranges,
@@ -31,6 +31,7 @@ _ECMA_SPACE: Ranges = ((0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680
                        (0x2028, 0x2029), (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000),
                        (0xFEFF, 0xFEFF))
 _ECMA_DOT = complement_ranges(((0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)))
+_PYTHON_DOT = complement_ranges(((0x0A, 0x0A),))  # a superset of ECMA's
 _ASCII_DIGIT: Ranges = ((0x30, 0x39),)
 _ASCII_WORD: Ranges = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
 
@@ -85,8 +86,11 @@ def _category_bounds(category: object) -> tuple[Ranges, Ranges]:
     return (complement_ranges(upper), complement_ranges(lower)) if negated else (lower, upper)
 
 
-def _class_ranges(items: list[tuple[object, object]]) -> Ranges:
-    """The code points a `[...]` class surely matches: negated classes exclude anything either reading has."""
+def _class_ranges(items: list[tuple[object, object]], upper: bool = False) -> Ranges:
+    """The code points a `[...]` class surely matches: negated classes exclude anything either reading has.
+
+    With `upper`, the code points it may match under either reading instead.
+    """
     negate = bool(items) and items[0][0] is C.NEGATE
     ranges: list[tuple[int, int]] = []
     for op, av in items[1:] if negate else items:
@@ -95,7 +99,7 @@ def _class_ranges(items: list[tuple[object, object]]) -> Ranges:
         elif op is C.RANGE:
             ranges.append(av)  # type: ignore[arg-type]
         elif op is C.CATEGORY:
-            ranges.extend(_category_bounds(av)[1 if negate else 0])
+            ranges.extend(_category_bounds(av)[int(negate != upper)])
         else:
             raise _Refused(f"class item {op}")
     return complement_ranges(ranges) if negate else normalize_ranges(ranges)
@@ -134,12 +138,18 @@ def _ecma_to_python(pattern: str) -> str:
 
 
 class _Converter:
-    """Turns a parsed pattern into IR, tracking for each piece whether it sits at an edge of the pattern."""
+    """Turns a parsed pattern into IR, tracking for each piece whether it sits at an edge of the pattern.
+
+    The default reading is the *lower* bound: strings both ECMA-262 and Python's `re` match. With `upper`, it
+    is the *upper* bound: strings either may match (Unicode classes, `.` short of `\n` only, and `$` before a
+    final newline as Python allows), so a string outside it surely does not match under either reading.
+    """
 
     # `before`/`after` below: True = this piece starts/ends the pattern unanchored (any text may precede /
     # follow it), False = it starts/ends the pattern at an anchor, None = interior (an anchor is refused).
 
-    def __init__(self) -> None:
+    def __init__(self, upper: bool = False) -> None:
+        self.upper = upper
         self.any_star = star(codepoints_ir(((0, MAX_CODEPOINT),)))
 
     def sequence(self, items: list[tuple[object, object]], before: bool | None, after: bool | None) -> Node:
@@ -148,14 +158,17 @@ class _Converter:
         while items and items[0][0] is C.AT and items[0][1] in _BEGIN and before is not None:
             before = False
             items.pop(0)
+        newline = False  # Python's `$` also matches before a final "\n"
         while items and items[-1][0] is C.AT and items[-1][1] in _END and after is not None:
             after = False
+            newline |= items[-1][1] is C.AT_END
             items.pop()
+        tail = opt(codepoints_ir(((0x0A, 0x0A),))) if newline and self.upper else EMPTY
         if not items:
-            return self.any_star if before or after else EMPTY
+            return seq(self.any_star if before or after else EMPTY, tail)
         last = len(items) - 1
         return seq(*(self.item(op, av, before if i == 0 else None, after if i == last else None)
-                     for i, (op, av) in enumerate(items)))
+                     for i, (op, av) in enumerate(items)), tail)
 
     def item(self, op: object, av: object, before: bool | None, after: bool | None) -> Node:
         """One parsed element; groups and alternations pass the edge context into their contents."""
@@ -175,9 +188,9 @@ class _Converter:
         if op is C.NOT_LITERAL:
             return codepoints_ir(complement_ranges(((av, av),)))  # type: ignore[arg-type]
         if op is C.ANY:
-            return codepoints_ir(_ECMA_DOT)
+            return codepoints_ir(_PYTHON_DOT if self.upper else _ECMA_DOT)
         if op is C.IN:
-            return codepoints_ir(_class_ranges(av))  # type: ignore[arg-type]
+            return codepoints_ir(_class_ranges(av, self.upper))  # type: ignore[arg-type]
         if op in (C.MAX_REPEAT, C.MIN_REPEAT):
             lo, hi, sub = av  # type: ignore[misc]
             if hi == 0:
@@ -208,8 +221,8 @@ def _leaves(node: Node, memo: dict[int, int]) -> int:
 
 
 @lru_cache(maxsize=512)
-def _pattern_ir(pattern: str) -> Node:
-    """Cached body of `pattern_ir`; raises `_Refused`."""
+def _pattern_ir(pattern: str, upper: bool = False) -> Node:
+    """Cached body of `pattern_ir` (and of `pattern_upper_ir`); raises `_Refused`."""
     source = _ecma_to_python(pattern)
     try:
         with warnings.catch_warnings():
@@ -219,7 +232,7 @@ def _pattern_ir(pattern: str) -> Node:
         raise _Refused(f"not a regex Python can parse ({exc})") from None
     if tree.state.flags & ~C.SRE_FLAG_UNICODE:
         raise _Refused("inline flags")
-    node = _Converter().sequence(list(tree), True, True)
+    node = _Converter(upper).sequence(list(tree), True, True)
     size = _leaves(node, {})
     if size > MAX_LEAVES:
         raise _Refused(f"bounded repeats expand to {size} byte leaves (limit {MAX_LEAVES})")
@@ -230,6 +243,18 @@ def pattern_ir(pattern: str, *, path: str = "#") -> Node:
     """The canonical JSON string bodies of the strings in which the ECMA-262 `pattern` finds a match."""
     try:
         return _pattern_ir(pattern)
+    except _Refused as exc:
+        raise UnsupportedSchemaError("pattern", path=path, detail=f"{pattern!r}: {exc}") from None
+
+
+def pattern_upper_ir(pattern: str, *, path: str = "#") -> Node:
+    """Canonical JSON string bodies in which ECMA-262 or Python *may* find a match of `pattern`.
+
+    A superset of `pattern_ir`: a string outside it matches under neither reading (patternProperties uses it
+    to tell which keys a pattern surely does not govern). Refuses exactly what `pattern_ir` refuses.
+    """
+    try:
+        return _pattern_ir(pattern, True)
     except _Refused as exc:
         raise UnsupportedSchemaError("pattern", path=path, detail=f"{pattern!r}: {exc}") from None
 

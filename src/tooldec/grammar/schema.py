@@ -8,6 +8,7 @@ which keeps output valid but forbids nesting beyond that depth).
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -16,7 +17,9 @@ from jsonschema.validators import validator_for
 
 from tooldec.errors import SchemaError, UnsupportedSchemaError
 from tooldec.grammar.ir import (
+    EMPTY,
     NOTHING,
+    Bytes,
     Difference,
     Fields,
     Intersect,
@@ -26,14 +29,28 @@ from tooldec.grammar.ir import (
     lit,
     seq,
 )
-from tooldec.grammar.numbers import any_number, integer_range, number_range
+from tooldec.grammar.multiples import multiples
+from tooldec.grammar.numbers import (
+    EXPONENT_NUMBER,
+    any_number,
+    integer_range,
+    integral_spellings,
+    near_spellings,
+    number_range,
+)
 from tooldec.grammar.refs import resolve_pointer
-from tooldec.grammar.regex import format_ir, pattern_ir
-from tooldec.grammar.strings import codepoints_ir, complement_ranges, string_content
+from tooldec.grammar.counting import container_count, keyed_count, member_text
+from tooldec.grammar.regex import format_ir, pattern_ir, pattern_upper_ir
+from tooldec.grammar.strings import canonical_text, codepoints_ir, complement_ranges, string_content
 from tooldec.grammar.syntax import JSON, ValueSyntax
 
 DEFAULT_REF_DEPTH = 3
 DEFAULT_ANY_DEPTH = 3
+MAX_KEY_REGIONS = 64  # patternProperties: key regions (sets of patterns matching together) at most
+MAX_DEPENDENCIES = 8  # dependencies split an object into up to 2**8 cases
+MAX_TRACKED_KEYS = 6  # on a difference's right side, objects in any key order track this many required keys
+MAX_CONTAINS = 32  # minContains + maxContains at most (each counted match copies the item machine)
+UNROLL_LIMIT = 20_000  # a bounded array whose unrolled items would be bigger counts its items by a product
 
 ANNOTATIONS = frozenset(
     {
@@ -45,8 +62,7 @@ ANNOTATIONS = frozenset(
 # Validation keywords we do not enforce in general (some are accepted where trivially satisfied).
 UNSUPPORTED = frozenset(
     {
-        "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas", "patternProperties",
-        "propertyNames", "contains", "minContains", "maxContains", "unevaluatedProperties",
+        "if", "then", "else", "unevaluatedProperties",
         "unevaluatedItems", "$dynamicRef", "$recursiveRef",
     }
 )
@@ -64,9 +80,14 @@ STANDARD_FORMATS = frozenset(
 INT_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1), "uint32": (0, 2**32 - 1)}
 
 OBJECT_KEYS = frozenset(
-    {"properties", "required", "additionalProperties", "minProperties", "maxProperties"}
+    {
+        "properties", "required", "additionalProperties", "minProperties", "maxProperties", "patternProperties",
+        "propertyNames", "dependencies", "dependentRequired", "dependentSchemas",
+    }
 )
-ARRAY_KEYS = frozenset({"items", "prefixItems", "minItems", "maxItems", "uniqueItems"})
+ARRAY_KEYS = frozenset(
+    {"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains", "minContains", "maxContains"}
+)
 STRING_KEYS = frozenset({"minLength", "maxLength", "pattern", "format"})
 NUMBER_KEYS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
 
@@ -100,6 +121,15 @@ class SchemaCompiler:
         self._active_refs: dict[str, int] = {}
         self._validator: Any = None
         self._sep = lit(syntax.item_sep)
+        self._dfas: dict[Node, _Automaton] = {}
+        # Polarity: False while compiling a language that must be a subset of the schema's instances (what
+        # the grammar admits), True for the right side of a difference (`not`, the other branches of a
+        # `oneOf`), which must be a superset. Each approximation below picks its side by it.
+        self._negative = False
+        # Container nesting: the current depth while compiling, and the deepest any compiled value reaches
+        # (scanners that read values without their schema are given this depth, so they cut nothing).
+        self._depth = 0
+        self._deepest = 0
 
     # -- errors -----------------------------------------------------------------------------------------
     def _unsupported(self, keyword: str, path: str, detail: str = "") -> UnsupportedSchemaError:
@@ -113,8 +143,58 @@ class SchemaCompiler:
         """IR for one value valid under `schema` (default: the root)."""
         return self._compile(self.root if schema is None else schema, path)
 
+    def _flipped(self, schema: Any, path: str) -> Node:
+        """`schema` compiled at the other polarity (for the right side of a difference)."""
+        self._negative = not self._negative
+        try:
+            return self._compile(schema, path)
+        finally:
+            self._negative = not self._negative
+
+    def _difference(self, left: Node, right_schema: Any, right_path: str) -> Node:
+        """`left` minus the instances of `right_schema`, sound at the current polarity.
+
+        Positive: the right side is compiled as a superset, and the left keeps canonical string spellings only
+        (patterns, consts and keys match canonical text, so other spellings of a removed value would slip
+        through). Negative: the right side is compiled as a subset, and every spelling of the left stays.
+        """
+        return self._minus(left, self._flipped(right_schema, right_path))
+
+    def _minus(self, left: Node, right: Node) -> Node:
+        """`left` minus an already compiled right side of the other polarity (see `_difference`)."""
+        if self._negative:
+            return Difference(left, right)
+        return Difference(Intersect((left, canonical_text())), right)
+
+    def _cut(self) -> Node:
+        """What a cut branch (recursion past max_ref_depth) becomes: nothing, or anything when negative."""
+        return self._any_superset() if self._negative else NOTHING
+
+    def _reached(self, depth: int) -> None:
+        self._deepest = max(self._deepest, self._depth + depth)
+
+    def _scan_depth(self) -> int:
+        """How deep a schema-less scanner must read: as deep as anything compiled so far nests."""
+        return self._deepest + 1
+
+    def _any_superset(self) -> Node:
+        """A superset of every value the grammar can hold here (for a difference's right side)."""
+        return member_text(self._scan_depth())
+
+    def _nested(self, build: Any) -> Any:
+        """Run `build` one container level deeper."""
+        self._depth += 1
+        self._reached(0)
+        try:
+            return build()
+        finally:
+            self._depth -= 1
+
     def _compile(self, schema: Any, path: str) -> Node:
         if schema is True:
+            if self._negative:
+                return self._any_superset()
+            self._reached(self.any_depth + 1)
             return self.any_value(self.any_depth)
         if schema is False:
             return NOTHING
@@ -131,7 +211,7 @@ class SchemaCompiler:
             return self._union(schema, path)
         if "not" in schema:
             rest = {k: v for k, v in schema.items() if k != "not"}
-            return Difference(self._compile(rest, path), self._compile(schema["not"], _ptr(path, "not")))
+            return self._difference(self._compile(rest, path), schema["not"], _ptr(path, "not"))
         if "const" in schema or "enum" in schema:
             return self._enum(schema, path)
         return self._typed(schema, path)
@@ -152,7 +232,7 @@ class SchemaCompiler:
         target = self._resolve(ref, _ptr(path, "$ref"))
         count = self._active_refs.get(ref, 0)
         if count >= self.max_ref_depth:
-            return NOTHING
+            return self._cut()
         self._active_refs[ref] = count + 1
         try:
             siblings = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
@@ -178,7 +258,7 @@ class SchemaCompiler:
                 while isinstance(part, dict) and isinstance(part.get("$ref"), str) and not set(part) - ANNOTATIONS - {"$ref"}:
                     ref = part["$ref"]
                     if self._active_refs.get(ref, 0) >= self.max_ref_depth:
-                        return NOTHING
+                        return self._cut()
                     self._active_refs[ref] = self._active_refs.get(ref, 0) + 1
                     entered.append(ref)
                     part = self._resolve(ref, _ptr(path, "allOf"))
@@ -203,25 +283,87 @@ class SchemaCompiler:
         if not isinstance(branches, list) or not branches:
             raise self._bad(f"{key} must be a non-empty list", _ptr(path, key))
         base = {k: v for k, v in schema.items() if k != key}
-        nodes: list[Node] = []
+        specs: list[tuple[Any, str]] = []
         for i, br in enumerate(branches):
             bpath = _ptr(path, key, i)
             if set(base) - ANNOTATIONS:
                 merged = _merge(base, br) if isinstance(br, dict) and "$ref" not in br else None
-                node = (
-                    self._compile(merged, bpath)
-                    if merged is not None
-                    else Intersect((self._compile(base, path), self._compile(br, bpath)))
-                )
+                specs.append((merged, bpath) if merged is not None else ({"allOf": [base, br]}, bpath))
             else:
-                node = self._compile(br, bpath)
-            nodes.append(node)
-        if key == "oneOf" and len(nodes) > 1 and not _disjoint_types(branches):
-            exclusive = [
-                Difference(n, alt(*(m for j, m in enumerate(nodes) if j != i))) for i, n in enumerate(nodes)
-            ]
-            return alt(*exclusive)
+                specs.append((br, bpath))
+        nodes = [self._compile(s, p) for s, p in specs]
+        exclusive = key == "oneOf" and len(nodes) > 1 and not self._negative
+        if exclusive and not _disjoint_types(branches) and not self._discriminated(base, branches):
+            # a value matching two branches is no instance: each branch minus (a superset of) the others
+            supersets = [self._flipped(s, p) for s, p in specs]
+            return alt(*(
+                self._minus(n, alt(*(m for j, m in enumerate(supersets) if j != i))) for i, n in enumerate(nodes)
+            ))
         return alt(*nodes)
+
+    def _plain(self, schema: Any) -> Any:
+        """The schema a chain of bare `$ref`s leads to (the schema itself otherwise)."""
+        for _ in range(32):
+            if not (isinstance(schema, dict) and isinstance(schema.get("$ref"), str)):
+                return schema
+            if set(schema) - ANNOTATIONS - {"$ref"} or not schema["$ref"].startswith("#"):
+                return schema
+            try:
+                schema = resolve_pointer(self.root, schema["$ref"])
+            except LookupError:
+                return schema
+        return schema
+
+    def _const_values(self, schema: Any, depth: int = 0) -> set[Any] | None:
+        """The values a schema restricts an instance to by const / enum (None when it does not)."""
+        schema = self._plain(schema)
+        if not isinstance(schema, dict) or depth > 8:
+            return None
+        out: set[Any] | None = None
+        if "const" in schema:
+            out = {_value_key(schema["const"])}
+        elif isinstance(schema.get("enum"), list):
+            out = {_value_key(v) for v in schema["enum"]}
+        for part in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
+            vals = self._const_values(part, depth + 1)
+            if vals is not None:
+                out = vals if out is None else out & vals
+        return out
+
+    def _discriminated(self, base: dict, branches: list[Any]) -> bool:
+        """Whether no instance can match two branches because of a discriminating property.
+
+        That is: every branch (merged with the schema around the oneOf) admits only objects, requires one
+        same property, and restricts it by const / enum to values no other branch allows.
+        """
+        merged_branches = []
+        for br in branches:
+            br = self._plain(br)
+            if not isinstance(br, dict):
+                return False
+            m = _merge(base, br) if set(base) - ANNOTATIONS else br
+            if m is None or "$ref" in m:
+                return False
+            types = m.get("type")
+            if types not in ("object", ["object"]):
+                return False
+            merged_branches.append(m)
+        common: set[Any] | None = None
+        for m in merged_branches:
+            req = m.get("required", [])
+            names = {r for r in req if isinstance(r, str)} if isinstance(req, list) else set()
+            common = names if common is None else common & names
+        for name in sorted(common or ()):
+            seen: set[Any] = set()
+            for m in merged_branches:
+                props = m.get("properties", {})
+                vals = self._const_values(props.get(name)) if isinstance(props, dict) else None
+                if vals is None or vals & seen:
+                    break
+                seen |= vals
+            else:
+                return True
+        return False
 
     # -- literal values ---------------------------------------------------------------------------------
     def _is_valid(self, value: Any, schema: dict) -> bool:
@@ -240,6 +382,11 @@ class SchemaCompiler:
             values = schema["enum"]
             if not isinstance(values, list):
                 raise self._bad("enum must be a list", _ptr(path, "enum"))
+        for v in values:
+            self._reached(_json_depth(v))
+        if self._negative:
+            # every spelling a value may take in the grammar it is subtracted from (numbers nearby, any key order)
+            return alt(*(self._spellings(v, _ptr(path, "enum")) for v in values))
         keep = [v for v in values if self._is_valid(v, schema)]
         spelled = []
         for v in keep:
@@ -248,6 +395,26 @@ class SchemaCompiler:
             except (TypeError, ValueError) as exc:
                 raise self._bad(str(exc), _ptr(path, "enum")) from exc
         return alt(*(lit(s) for s in dict.fromkeys(spelled)))
+
+    def _spellings(self, value: Any, path: str) -> Node:
+        """A superset of the texts equal to `value`: a number's neighbourhood (exact decimals and binary
+        floats both round there), objects' members in any order."""
+        syn = self.syntax
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return lit(syn.dumps(value))
+        if isinstance(value, (int, float)):
+            return near_spellings(value) if math.isfinite(value) else NOTHING
+        if isinstance(value, list):
+            return seq(lit("["), *_joined([self._spellings(v, path) for v in value], self._sep), lit("]"))
+        if isinstance(value, dict):
+            if not value:
+                return lit("{}")
+            members = [seq(lit(syn.dumps(str(k)) + syn.key_sep), self._spellings(v, path)) for k, v in value.items()]
+            body = seq(lit("{"), Repeat(alt(*members), 1, None, self._sep), lit("}"))
+            has = [keyed_count([syn.dumps(str(k)).encode()], 1, max_depth=self._scan_depth())
+                   for k in list(value)[:MAX_TRACKED_KEYS]]
+            return Intersect((body, *has))
+        raise self._bad(f"{value!r} has no JSON spelling", path)
 
     # -- typed values -----------------------------------------------------------------------------------
     def _typed(self, schema: dict, path: str) -> Node:
@@ -304,7 +471,7 @@ class SchemaCompiler:
         return lo, lo_incl, hi, hi_incl
 
     def _integer(self, schema: dict, path: str) -> Node:
-        self._check_multiple_of(schema, path)
+        m = self._multiple_of(schema, path)
         lo, lo_incl, hi, hi_incl = self._bounds(schema, path)
         ilo = None if lo is None else (math.ceil(lo) if lo_incl else math.floor(lo) + 1)
         ihi = None if hi is None else (math.floor(hi) if hi_incl else math.ceil(hi) - 1)
@@ -313,28 +480,48 @@ class SchemaCompiler:
             flo, fhi = INT_FORMATS[fmt]
             ilo = flo if ilo is None else max(ilo, flo)
             ihi = fhi if ihi is None else min(ihi, fhi)
-        elif fmt in STANDARD_FORMATS:
+        elif fmt in STANDARD_FORMATS and not self._negative:
             raise self._unsupported("format", _ptr(path, "format"), f"{fmt!r} on an integer")
+        if self._negative:
+            # every number Python or exact arithmetic may read as such an integer (multipleOf not enforced)
+            return alt(integer_range(ilo, ihi), integral_spellings(ilo, ihi), EXPONENT_NUMBER)
+        if m is not None and m != 1:
+            return self._multiples(m, True, ilo, True, ihi, True, path)
         return integer_range(ilo, ihi)
 
-    def _check_multiple_of(self, schema: dict, path: str) -> bool:
-        """True when multipleOf makes a number an integer; raises for any other multipleOf."""
+    def _multiple_of(self, schema: dict, path: str) -> int | float | None:
         m = schema.get("multipleOf")
-        if m is None:
-            return False
-        if m == 1:
-            return True
-        raise self._unsupported("multipleOf", _ptr(path, "multipleOf"), f"multipleOf {m!r}")
+        if m is not None and (isinstance(m, bool) or not isinstance(m, (int, float)) or not m > 0 or not math.isfinite(m)):
+            raise self._bad("multipleOf must be a positive number", _ptr(path, "multipleOf"))
+        return m
+
+    def _multiples(
+        self, m: int | float, integer: bool, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool, path: str
+    ) -> Node:
+        try:
+            return multiples(m, integer=integer, lo=lo, lo_incl=lo_incl, hi=hi, hi_incl=hi_incl)
+        except UnsupportedSchemaError as exc:
+            key = exc.keyword
+            raise self._unsupported(key, _ptr(path, key), exc.detail) from None
 
     def _number(self, schema: dict, path: str) -> Node:
-        if self._check_multiple_of(schema, path):
-            return self._integer(schema, path)
+        m = self._multiple_of(schema, path)
         fmt = schema.get("format")
-        if fmt in INT_FORMATS:
+        if m == 1 or fmt in INT_FORMATS:
             return self._integer(schema, path)
-        if fmt in STANDARD_FORMATS:
+        if fmt in STANDARD_FORMATS and not self._negative:
             raise self._unsupported("format", _ptr(path, "format"), f"{fmt!r} on a number")
         lo, lo_incl, hi, hi_incl = self._bounds(schema, path)
+        if self._negative:
+            # bounds widened to the integers around them, every exponent spelling; multipleOf not enforced
+            if lo is None and hi is None:
+                return any_number()
+            # widened to the integers around the bounds (excluded): decimals there may round onto a bound
+            wlo = None if lo is None else math.floor(lo) - 1
+            whi = None if hi is None else math.ceil(hi) + 1
+            return alt(number_range(wlo, False, whi, False), EXPONENT_NUMBER)
+        if m is not None:
+            return self._multiples(m, False, lo, lo_incl, hi, hi_incl, path)
         if lo is None and hi is None:
             return any_number()
         for name, v in (("minimum", lo), ("maximum", hi)):
@@ -349,13 +536,15 @@ class SchemaCompiler:
         fmt = schema.get("format")
         if fmt is not None and not isinstance(fmt, str):
             raise self._bad("format must be a string", _ptr(path, "format"))
-        if fmt in STANDARD_FORMATS or fmt == "byte":
+        if (fmt in STANDARD_FORMATS or fmt == "byte") and not self._negative:
+            # a format is a subset of the valid values; on the right side of a difference it constrains nothing
             parts.append(format_ir(fmt, path=_ptr(path, "format")))
         if "pattern" in schema:
             pat = schema["pattern"]
             if not isinstance(pat, str):
                 raise self._bad("pattern must be a string", _ptr(path, "pattern"))
-            parts.append(pattern_ir(pat, path=_ptr(path, "pattern")))
+            bound = pattern_upper_ir if self._negative else pattern_ir
+            parts.append(bound(pat, path=_ptr(path, "pattern")))
         lo = schema.get("minLength", 0)
         hi = schema.get("maxLength")
         if lo or hi is not None or not parts:
@@ -368,74 +557,358 @@ class SchemaCompiler:
         return seq(lit('"'), body, lit('"'))
 
     def _array(self, schema: dict, path: str) -> Node:
-        lo = schema.get("minItems", 0)
-        hi = schema.get("maxItems")
+        lo = self._count(schema, "minItems", path) or 0
+        hi = self._count(schema, "maxItems", path)
         items = schema.get("items", True)
         prefix = schema.get("prefixItems", [])
         if isinstance(items, list):
             # draft 4-7 tuple form; additionalItems only has a meaning here
             prefix, items = items, schema.get("additionalItems", True)
-        if schema.get("uniqueItems") is True and not (hi is not None and hi <= 1):
+        if schema.get("uniqueItems") is True and not (hi is not None and hi <= 1) and not self._negative:
             raise self._unsupported("uniqueItems", _ptr(path, "uniqueItems"))
-        prefix_nodes = [self._compile(p, _ptr(path, "prefixItems", i)) for i, p in enumerate(prefix)]
-        rest = self._compile(items, _ptr(path, "items"))
+        prefix_nodes = self._nested(lambda: [self._compile(p, _ptr(path, "prefixItems", i)) for i, p in enumerate(prefix)])
+        rest = self._nested(lambda: self._compile(items, _ptr(path, "items")))
         options: list[Node] = []
         k = len(prefix_nodes)
         for n in range(lo, min(k, hi if hi is not None else k) + 1):
             options.append(seq(*_joined(prefix_nodes[:n], self._sep)) if n else lit(""))
         if (hi is None or hi > k) and rest != NOTHING:
             need = max(lo - k, 1)
-            more = Repeat(rest, need, None if hi is None else hi - k, self._sep)
-            options.append(seq(*_joined(prefix_nodes, self._sep), self._sep, more) if k else more)
+            if need == 1 and hi is None:
+                if not k and not lo:
+                    options.append(Repeat(rest, 0, None, self._sep))  # also the empty array; one copy of `rest`
+                    need = 0
+                else:
+                    more = _one_or_more(rest, self._sep)
+            elif not k and hi is not None and (hi - need) * _ir_size(rest) > UNROLL_LIMIT:
+                # one copy of a big item, the count kept by a product with a bracket-counting automaton
+                counted = container_count("[", "]", lo, hi, max_depth=self._scan_depth())
+                options = [Intersect((seq(lit("["), Repeat(rest, 0, None, self._sep), lit("]")), counted))]
+                need = 0
+            else:
+                more = Repeat(rest, need, None if hi is None else hi - k, self._sep)
+            if need:
+                options.append(seq(*_joined(prefix_nodes, self._sep), self._sep, more) if k else more)
         body = alt(*options) if options else NOTHING
         if body == NOTHING:
             return NOTHING
-        return seq(lit("["), body, lit("]"))
+        node = body if isinstance(body, Intersect) else seq(lit("["), body, lit("]"))
+        if "contains" in schema:
+            counted = self._contains(schema, rest, bool(prefix), path)
+            if counted is not None:
+                node = counted if not lo and hi is None else Intersect((node, counted))
+        return node
+
+    def _contains(self, schema: dict, rest: Node, has_prefix: bool, path: str) -> Node | None:
+        """Arrays of `rest` items of which between minContains and maxContains match `contains`.
+
+        Items are split into those matching (M) and those not (N); the array is N's around the counted M's.
+        None when the keyword constrains nothing (minContains 0 without maxContains).
+        """
+        a = self._count(schema, "minContains", path)
+        a = 1 if a is None else a
+        b = self._count(schema, "maxContains", path)
+        if a == 0 and b is None:
+            return None
+        if b is not None and b < a:
+            return NOTHING
+        if has_prefix:
+            raise self._unsupported("contains", _ptr(path, "contains"), "contains with prefixItems / tuple items")
+        if a + (b or 0) > MAX_CONTAINS:
+            raise self._unsupported(
+                "contains", _ptr(path, "contains"), f"counting more than {MAX_CONTAINS} matching items"
+            )
+        target_path = _ptr(path, "contains")
+        sep = self._sep
+        match = Intersect((rest, self._nested(lambda: self._compile(schema["contains"], target_path))))
+        other = self._nested(lambda: self._difference(rest, schema["contains"], target_path))
+        first = seq(Repeat(seq(other, sep), 0, None), match)  # N, N, ..., M
+        more = seq(Repeat(seq(sep, other), 0, None), sep, match)  # , N, ..., M
+        options: list[Node] = []
+        if a == 0:
+            options.append(Repeat(other, 0, None, sep))
+        if b is None or b >= 1:
+            start = max(a, 1)
+            counted = [first] + [more] * (start - 1)
+            if b is None:
+                options.append(seq(*counted, Repeat(seq(sep, rest), 0, None)))
+            else:
+                options.append(seq(*counted, Repeat(more, 0, b - start), Repeat(seq(sep, other), 0, None)))
+        return seq(lit("["), alt(*options), lit("]"))
 
     def _object(self, schema: dict, path: str) -> Node:
+        deps = self._dependencies(schema, path)
+        if deps:
+            return self._split_dependency(schema, deps[0], path)
         props = schema.get("properties", {})
         if not isinstance(props, dict):
             raise self._bad("properties must be an object", _ptr(path, "properties"))
         required = schema.get("required", [])
         if not isinstance(required, list):
             raise self._bad("required must be a list", _ptr(path, "required"))
+        patterns = schema.get("patternProperties", {})
+        if not isinstance(patterns, dict):
+            raise self._bad("patternProperties must be an object", _ptr(path, "patternProperties"))
         req = set(required)
         extra = schema.get("additionalProperties")
         if extra is None:
             extra = bool(self.additional_properties)
         syn = self.syntax
-        fields: list[tuple[Node, bool]] = []
-        for name, sub in props.items():
-            value = self._compile(sub, _ptr(path, "properties", name))
+        neg = self._negative
+        names = self._property_names(schema, path)
+        pattern_keys = [self._pattern_keys(pat, _ptr(path, "patternProperties", pat)) for pat in patterns]
+        members: list[tuple[str, Node, bool]] = []
+        missing = [r for r in dict.fromkeys(required) if r not in props]
+        for name in [*props, *missing]:
+            if not isinstance(name, str):
+                raise self._bad("property names must be strings", _ptr(path, "required"))
+            body = syn.dumps(name)[1:-1].encode()
+            if names is not None and not self._dfa(names[0]).accepts(b'"' + body + b'"'):
+                if name in req:
+                    return NOTHING
+                continue
+            parts: list[tuple[Any, str]] = []
+            if name in props:
+                parts.append((props[name], _ptr(path, "properties", name)))
+            governed = False  # whether additionalProperties is surely (negative: possibly) void for the key
+            for (pat, sub), (lower, upper) in zip(patterns.items(), pattern_keys):
+                surely = self._dfa(lower).accepts(body)
+                maybe = surely or self._dfa(upper).accepts(body)
+                # where the regex readings disagree, positive takes both schemas and negative neither
+                if surely or (maybe and not neg):
+                    parts.append((sub, _ptr(path, "patternProperties", pat)))
+                governed = governed or (maybe if neg else surely)
+            if name not in props and not governed:
+                # a required key with no declared schema takes additionalProperties (any value when absent)
+                parts.append((schema.get("additionalProperties", True) if extra is False else extra,
+                              _ptr(path, "additionalProperties")))
+            value = self._nested(lambda: self._compile_all(parts, path))
             if value == NOTHING:
                 if name in req:
                     return NOTHING
                 continue
-            fields.append((seq(lit(syn.dumps(name) + syn.key_sep), value), name in req))
-        extra_path = _ptr(path, "additionalProperties")
-        extra_value = NOTHING if extra is False else self._compile(extra, extra_path)
-        missing = [r for r in required if r not in props]
-        if missing:
-            # a required key with no declared schema takes additionalProperties (any value when absent)
-            required_value = (
-                extra_value if extra is not False else self._compile(schema.get("additionalProperties", True), extra_path)
-            )
-            if required_value == NOTHING:
+            members.append((name, seq(lit(syn.dumps(name) + syn.key_sep), value), name in req))
+        extras = self._nested(
+            lambda: self._extra_members(schema, path, [*props, *missing], names, extra, pattern_keys)
+        )
+        lo = self._count(schema, "minProperties", path) or 0
+        hi = self._count(schema, "maxProperties", path)
+        if neg:
+            return self._object_superset(members, extras, lo)
+        return self._object_fields(members, extras, lo, hi, path)
+
+    def _object_fields(
+        self, members: list[tuple[str, Node, bool]], extras: Node, lo: int, hi: int | None, path: str
+    ) -> Node:
+        """Declared members in schema order (optional ones skippable), then the extra members, with counts.
+
+        An extra key may repeat (a JSON object keeps the last), so extras count at most once toward
+        minProperties (the object has at least one distinct extra key), and fully toward maxProperties.
+        """
+        fields = tuple((node, r) for _, node, r in members)
+        n_required = sum(1 for _, _, r in members if r)
+        n_declared = len(members)
+        if hi is not None and hi < n_required:
+            return NOTHING
+        declared = seq(lit("{"), Fields(fields, self._sep), lit("}"))
+        if extras == NOTHING:
+            if lo > n_declared:
                 return NOTHING
-            for name in missing:
-                fields.append((seq(lit(syn.dumps(name) + syn.key_sep), required_value), True))
-        n_possible: int | None = len(fields)
-        if extra_value != NOTHING:
-            key = seq(lit('"'), _string_except(set(props) | set(missing)), lit('"' + syn.key_sep))
-            fields.append((Repeat(seq(key, extra_value), 1, None, self._sep), False))
-            n_possible = None
-        n_required = sum(1 for _, r in fields if r)
-        lo, hi = schema.get("minProperties", 0), schema.get("maxProperties")
-        if lo > n_required:
-            raise self._unsupported("minProperties", _ptr(path, "minProperties"))
-        if hi is not None and (n_possible is None or hi < n_possible):
-            raise self._unsupported("maxProperties", _ptr(path, "maxProperties"))
-        return seq(lit("{"), Fields(tuple(fields), self._sep), lit("}"))
+        elif lo > n_declared + 1:
+            raise self._unsupported(
+                "minProperties", _ptr(path, "minProperties"),
+                f"{lo} members would need two additional properties, whose keys could repeat",
+            )
+        if extras == NOTHING:
+            if lo > n_required or (hi is not None and hi < n_declared):
+                return Intersect((declared, container_count("{", "}", lo, hi, max_depth=self._scan_depth())))
+            return declared
+        more = _one_or_more(extras, self._sep)
+        if lo <= n_required and hi is None:
+            return seq(lit("{"), Fields((*fields, (more, False)), self._sep), lit("}"))
+        options: list[Node] = []
+        if lo <= n_declared:
+            options.append(
+                Intersect((declared, container_count("{", "}", lo, hi, max_depth=self._scan_depth())))
+                if lo > n_required or (hi is not None and hi < n_declared) else declared
+            )
+        if hi is None or hi > n_required:
+            with_extras = seq(lit("{"), Fields((*fields, (more, True)), self._sep), lit("}"))
+            limits: list[Node] = []
+            if lo - 1 > n_required:
+                keys = [(self.syntax.dumps(name)).encode() for name, _, _ in members]
+                limits.append(keyed_count(keys, lo - 1, max_depth=self._scan_depth()))
+            if hi is not None:
+                limits.append(container_count("{", "}", 0, hi, max_depth=self._scan_depth()))
+            options.append(Intersect((with_extras, *limits)) if limits else with_extras)
+        return alt(*options)
+
+    def _object_superset(self, members: list[tuple[str, Node, bool]], extras: Node, lo: int) -> Node:
+        """For a difference's right side: members in any order (repeats allowed), the first required keys
+        present, at least minProperties members; maxProperties not enforced."""
+        options = [node for _, node, _ in members] + ([extras] if extras != NOTHING else [])
+        body = seq(lit("{"), Repeat(alt(*options), 0, None, self._sep), lit("}")) if options else lit("{}")
+        depth = self._scan_depth()
+        limits = [
+            keyed_count([self.syntax.dumps(name).encode()], 1, max_depth=depth) for name, _, r in members if r
+        ][:MAX_TRACKED_KEYS]
+        if lo > 0:
+            limits.append(container_count("{", "}", lo, None, max_depth=depth))
+        return Intersect((body, *limits)) if limits else body
+
+    def _count(self, schema: dict, key: str, path: str) -> int | None:
+        """A non-negative integer keyword (minProperties, maxItems, ...), None when absent."""
+        v = schema.get(key)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or not float(v).is_integer():
+            raise self._bad(f"{key} must be a non-negative integer", _ptr(path, key))
+        return int(v)
+
+    def _compile_all(self, parts: list[tuple[Any, str]], path: str) -> Node:
+        """IR for a value valid under every (schema, path) in `parts` (merged into one schema where possible)."""
+        parts = [(s, p) for s, p in parts if s is not True and s != {}] or parts[:1]
+        if not parts:
+            return self._compile(True, path)
+        if len(parts) == 1:
+            return self._compile(*parts[0])
+        return self._compile({"allOf": [s for s, _ in parts]}, parts[0][1])
+
+    def _property_names(self, schema: dict, path: str) -> tuple[Node] | None:
+        """The quoted keys `propertyNames` admits (canonical spellings), or None when it is absent."""
+        if "propertyNames" not in schema:
+            return None
+        quoted = seq(lit('"'), string_content(python=self.syntax.python), lit('"'))
+        return (Intersect((quoted, self._compile(schema["propertyNames"], _ptr(path, "propertyNames")))),)
+
+    def _pattern_keys(self, pattern: Any, path: str) -> tuple[Node, Node]:
+        """(keys a patternProperties pattern surely matches, keys it may match), as string bodies."""
+        if not isinstance(pattern, str):
+            raise self._bad("a patternProperties key must be a string", path)
+        try:
+            return pattern_ir(pattern, path=path), pattern_upper_ir(pattern, path=path)
+        except UnsupportedSchemaError as exc:
+            raise self._unsupported("patternProperties", path, exc.detail) from None
+
+    def _extra_members(
+        self,
+        schema: dict,
+        path: str,
+        declared: list[str],
+        names: tuple[Node] | None,
+        extra: Any,
+        pattern_keys: list[tuple[Node, Node]],
+    ) -> Node:
+        """`"key": value` for the keys outside `properties`, each with the schemas that govern it.
+
+        Keys are split into regions by the patterns matching them. A pattern the regex readings may disagree on
+        for a key (`\\w` and `é`) leaves that key out when positive (a subset), and imposes nothing on its
+        value when negative (a superset). A region's values satisfy every matching pattern's schema, or
+        `additionalProperties` where no pattern matches.
+        """
+        syn = self.syntax
+        neg = self._negative
+        patterns = list(schema.get("patternProperties", {}).items())
+        universe = seq(lit('"'), _string_except(set(declared), canonical=bool(patterns) or names is not None), lit('"'))
+        if names is not None:
+            universe = Intersect((universe, names[0]))
+        # regions: (patterns surely matching, whether some pattern may match, quoted key language)
+        regions: list[tuple[tuple[int, ...], bool, Node]] = [((), False, universe)]
+        for i, (lower, upper) in enumerate(pattern_keys):
+            surely, maybe = seq(lit('"'), lower, lit('"')), seq(lit('"'), upper, lit('"'))
+            split: list[tuple[tuple[int, ...], bool, Node]] = []
+            for matched, touched, keys in regions:
+                parts = [((*matched, i), True, Intersect((keys, surely))), (matched, touched, Difference(keys, maybe))]
+                if neg:
+                    parts.append((matched, True, Intersect((Difference(keys, surely), maybe))))
+                for part in parts:
+                    if len(pattern_keys) == 1 or not self._dfa(part[2]).is_empty:
+                        split.append(part)
+            regions = split
+            if len(regions) > MAX_KEY_REGIONS:
+                raise self._unsupported(
+                    "patternProperties", _ptr(path, "patternProperties"),
+                    f"the patterns split keys into more than {MAX_KEY_REGIONS} regions",
+                )
+        members: list[Node] = []
+        for matched, touched, keys in regions:
+            if matched:
+                value = self._compile_all(
+                    [(patterns[i][1], _ptr(path, "patternProperties", patterns[i][0])) for i in matched], path
+                )
+            elif touched:
+                value = self._any_superset()  # negative only: a pattern may govern the key, or none
+            elif extra is False:
+                continue
+            else:
+                value = self._compile(extra, _ptr(path, "additionalProperties"))
+            if value != NOTHING:
+                members.append(seq(keys, lit(syn.key_sep), value))
+        return alt(*members)
+
+    def _dependencies(self, schema: dict, path: str) -> list[tuple[str, str, Any]]:
+        """(keyword, trigger property, required list or schema) for every dependency of an object schema."""
+        out: list[tuple[str, str, Any]] = []
+        for key in ("dependencies", "dependentRequired", "dependentSchemas"):
+            deps = schema.get(key)
+            if deps is None:
+                continue
+            if not isinstance(deps, dict):
+                raise self._bad(f"{key} must be an object", _ptr(path, key))
+            for name, dep in deps.items():
+                if key == "dependentRequired" and not isinstance(dep, list):
+                    raise self._bad("a dependentRequired entry must be a list", _ptr(path, key, name))
+                if key == "dependentSchemas" and not isinstance(dep, (dict, bool)):
+                    raise self._bad("a dependentSchemas entry must be a schema", _ptr(path, key, name))
+                if not isinstance(dep, (list, dict, bool)):
+                    raise self._bad("a dependency must be a list or a schema", _ptr(path, key, name))
+                out.append((key, name, dep))
+        if len(out) > MAX_DEPENDENCIES:
+            raise self._unsupported(
+                out[0][0], _ptr(path, out[0][0]), f"more than {MAX_DEPENDENCIES} dependencies"
+            )
+        return out
+
+    def _split_dependency(self, schema: dict, dep: tuple[str, str, Any], path: str) -> Node:
+        """An object schema with one dependency as two cases: the trigger property absent, or present.
+
+        Absent: the property is forbidden and the dependency void. Present: the property is required along
+        with what it depends on (more required properties, or the dependent schema, merged in).
+        """
+        key, name, value = dep
+        rest = {k: v for k, v in schema.items() if k != "nullable"}
+        rest["type"] = "object"
+        others = {k: v for k, v in schema[key].items() if k != name}
+        if others:
+            rest[key] = others
+        else:
+            del rest[key]
+        props = dict(rest.get("properties", {}))
+        required = list(rest.get("required", []))
+        cases: list[Node] = []
+        if name not in required:
+            props_absent = {**props, name: False}
+            cases.append(self._compile({**rest, "properties": props_absent}, path))
+        needs = [name, *(value if isinstance(value, list) else [])]
+        present = {**rest, "required": list(dict.fromkeys(required + needs))}
+        if isinstance(value, list) or value is True:
+            cases.append(self._compile(present, path))
+        elif isinstance(value, dict):
+            merged = _merge(present, value) if "$ref" not in value else None
+            if merged is not None:
+                cases.append(self._compile(merged, path))
+            else:
+                cases.append(Intersect((self._compile(present, path), self._compile(value, _ptr(path, key, name)))))
+        return alt(*cases)
+
+    def _dfa(self, node: Node) -> Any:
+        """The automaton of a small node (key languages), cached per compiler."""
+        dfa = self._dfas.get(node)
+        if dfa is None:
+            from tooldec.automaton.compile import compile_dfa
+
+            dfa = self._dfas[node] = _Automaton(compile_dfa(node))
+        return dfa
 
     # -- any value --------------------------------------------------------------------------------------
     def any_value(self, depth: int) -> Node:
@@ -454,8 +927,69 @@ class SchemaCompiler:
         return alt(*scalars, array, obj)
 
 
+class _Automaton:
+    """A compiled key language: membership of one byte string and emptiness."""
+
+    def __init__(self, dfa: Any) -> None:
+        self.dfa = dfa
+        self.is_empty = dfa.start == 0
+
+    def accepts(self, data: bytes) -> bool:
+        return not self.is_empty and bool(self.dfa.accepts(data))
+
+
+def _json_depth(v: Any) -> int:
+    """How many containers deep a JSON value nests."""
+    if isinstance(v, list):
+        return 1 + max((_json_depth(x) for x in v), default=0)
+    if isinstance(v, dict):
+        return 1 + max((_json_depth(x) for x in v.values()), default=0)
+    return 0
+
+
+def _value_key(v: Any) -> Any:
+    """A hashable key equal for values JSON Schema deems equal (1 == 1.0 at any depth, but true != 1)."""
+    if isinstance(v, bool) or v is None:
+        return ("literal", v)
+    if isinstance(v, (int, float)):
+        return ("number", v)
+    if isinstance(v, str):
+        return ("string", v)
+    if isinstance(v, list):
+        return ("array", tuple(_value_key(x) for x in v))
+    if isinstance(v, dict):
+        return ("object", frozenset((k, _value_key(x)) for k, x in v.items()))
+    return ("other", repr(v))
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _ir_size(node: Node, memo: dict[int, int] | None = None) -> int:
+    """About how many NFA states a node builds (bounded repeats unrolled, products counted by their parts)."""
+    memo = {} if memo is None else memo
+    key = id(node)
+    if key not in memo:
+        if isinstance(node, Bytes):
+            size = 1
+        elif isinstance(node, Repeat):
+            copies = max(node.min, 1) + (node.max is None) if node.max is None else max(node.max, 1)
+            sep = _ir_size(node.sep, memo) if node.sep is not None else 0
+            size = copies * (_ir_size(node.item, memo) + sep)
+        elif isinstance(node, Fields):
+            size = sum(_ir_size(n, memo) for n, _ in node.items) + len(node.items) * _ir_size(node.sep, memo)
+        elif isinstance(node, Difference):
+            size = _ir_size(node.left, memo) + _ir_size(node.right, memo)
+        else:
+            size = 1 + sum(_ir_size(n, memo) for n in node.items)
+        memo[key] = size
+    return memo[key]
+
+
+def _one_or_more(item: Node, sep: Node) -> Node:
+    """`item (sep item)*` with a single copy of `item` (a plain Repeat with min 1 builds two of it)."""
+    return Difference(Repeat(item, 0, None, sep), EMPTY)
 
 
 def _joined(nodes: list[Node], sep: Node) -> list[Node]:
@@ -467,12 +1001,15 @@ def _joined(nodes: list[Node], sep: Node) -> list[Node]:
     return out
 
 
-def _string_except(keys: set[str]) -> Node:
-    """Canonical string bodies other than the given keys (so an extra property never repeats a declared one)."""
-    if not keys:
-        return string_content()
+def _string_except(keys: set[str], *, canonical: bool = False) -> Node:
+    """String bodies other than the given keys (so an extra property never repeats a declared one).
+
+    Canonical spellings only, except with no keys to exclude and not `canonical`: then any spelling.
+    """
     any_char = codepoints_ir([(0, 0x10FFFF)])
     free = Repeat(any_char, 0, None)
+    if not keys:
+        return free if canonical else string_content()
     # trie over the keys' code points: every prefix of a key (the keys included) and the chars that extend it
     children: dict[str, set[str]] = {}
     for k in keys:
@@ -542,6 +1079,16 @@ def _merge(a: dict, b: Any) -> dict | None:
     """The conjunction of two schemas as one schema, or None when it cannot be written as one simply."""
     if not isinstance(b, dict):
         return None
+    for one, other in ((a, b), (b, a)):
+        # a side whose additionalProperties constrains its undeclared keys would lose them to the other side's
+        # properties and patterns; tuple items would lose the other side's items: keep those as intersections
+        closed = one.get("additionalProperties", True) is not True
+        if closed and (set(other.get("properties", {})) - set(one.get("properties", {}))
+                       or other.get("patternProperties", one.get("patternProperties")) != one.get("patternProperties")):
+            return None
+        if ("prefixItems" in one or isinstance(one.get("items"), list)) and ("items" in other or "prefixItems" in other):
+            if any(one.get(k) != other.get(k) for k in ("items", "prefixItems", "additionalItems")):
+                return None
     out = dict(a)
     for k, v in b.items():
         if k not in out or k in ANNOTATIONS:

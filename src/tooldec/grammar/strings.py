@@ -172,3 +172,15 @@ def string_content(*, min_length: int = 0, max_length: int | None = None, python
     if max_length is not None and max_length < min_length:
         return alt()
     return Repeat(json_char(python=python), min_length, max_length)
+
+
+@cache
+def canonical_text() -> Node:
+    """Any text whose string literals are all canonical (`json.dumps(s, ensure_ascii=False)`), whatever else.
+
+    Outside string literals every byte but `"` passes, so intersecting a value language with it keeps the
+    values exactly as they are and only drops the other spellings of their strings.
+    """
+    canonical_char = _codepoints_ir(((0, MAX_CODEPOINT),))
+    string = seq(lit('"'), Repeat(canonical_char, 0, None), lit('"'))
+    return Repeat(alt(Bytes(((1 << 256) - 1) & ~(1 << 0x22)), string), 0, None)

@@ -1,0 +1,433 @@
+"""The object, array and number keywords added to the schema grammar: soundness and completeness.
+
+patternProperties / propertyNames / additionalProperties with schemas, dependencies (dependentRequired,
+dependentSchemas), minProperties / maxProperties, contains / minContains / maxContains and multipleOf. Each has
+a property test that random walks of its guide validate under `jsonschema` and that instances
+`hypothesis-jsonschema` draws are accepted, plus exhaustive checks over small value spaces; what stays refused
+keeps its UnsupportedSchemaError.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from fractions import Fraction
+from typing import Any
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from hypothesis_jsonschema import from_schema
+
+from tooldec.automaton.compile import compile_dfa
+from tooldec.compiler import Compiler
+from tooldec.conformance import feed
+from tooldec.errors import EmptyGrammarError, UnsupportedSchemaError
+from tooldec.grammar.canonical import CanonicalWriter
+from tooldec.grammar.counting import container_count
+from tooldec.grammar.multiples import multiples
+from tooldec.grammar.regex import pattern_ir, pattern_upper_ir
+from tooldec.grammar.schema import SchemaCompiler
+from tooldec.sample import random_walk
+from tooldec.vocab import Vocabulary
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def _walk_is_valid(vocab: Vocabulary, schema: dict[str, Any], seed: int) -> Any:
+    """A random walk of the schema's guide is an instance (an unsatisfiable draw is discarded)."""
+    try:
+        compiled = Compiler(vocab).compile_schema(schema, additional_properties=False)
+    except EmptyGrammarError:
+        assume(False)
+    guide = random_walk(compiled.guide(), random.Random(seed), max_tokens=3000, steer_after=600)
+    value = json.loads(guide.text())
+    errors = list(_validator(schema).iter_errors(value))
+    assert not errors, (guide.text(), errors[0].message)
+    return value
+
+
+def _accepts_instance(vocab: Vocabulary, schema: dict[str, Any], instance: Any) -> None:
+    """A valid instance, written canonically, is accepted (hypothesis-jsonschema does not know minContains /
+    maxContains, so its draws are checked first)."""
+    assume(_validator(schema).is_valid(instance))
+    try:
+        compiled = Compiler(vocab).compile_schema(schema, additional_properties=False)
+    except EmptyGrammarError:
+        raise AssertionError(f"a valid instance {instance!r} but an empty grammar") from None
+    text = CanonicalWriter(schema).dumps(instance)
+    assume(not any(0xD800 <= ord(c) <= 0xDFFF for c in text))
+    assert compiled.dfa.accepts(text.encode()), text
+    assert feed(compiled.guide(), vocab.encode(text)), text
+
+
+def _dfa(schema: Any, *, additional_properties: bool = False) -> Any:
+    return compile_dfa(SchemaCompiler(schema, additional_properties=additional_properties).value())
+
+
+def _agrees(schema: dict[str, Any], values: list[Any], *, additional_properties: bool = False) -> None:
+    """Exactly the valid values among `values` are accepted (in their canonical spelling)."""
+    dfa = _dfa(schema, additional_properties=additional_properties)
+    writer = CanonicalWriter(schema)
+    check = _validator(schema)
+    for v in values:
+        text = writer.dumps(v)
+        assert dfa.accepts(text.encode()) == check.is_valid(v), (text, check.is_valid(v))
+
+
+def _sound(schema: dict[str, Any], texts: list[str]) -> int:
+    """No text outside the schema is accepted; returns how many were accepted."""
+    dfa = _dfa(schema)
+    check = _validator(schema)
+    accepted = 0
+    for t in texts:
+        if dfa.accepts(t.encode()):
+            accepted += 1
+            assert check.is_valid(json.loads(t)), t
+    return accepted
+
+
+# -- patternProperties / propertyNames / additionalProperties ------------------------------------------------
+
+# Patterns without \d \w \s or `.`, whose ECMA and Python readings agree on every key, so completeness holds.
+PATTERNS = st.sampled_from(["^a", "b$", "^[a-c]+$", "x", "^(ab|cd)", "[0-9]{2}", "^$"])
+VALUES = st.sampled_from(
+    [{"type": "integer"}, {"type": "string", "maxLength": 3}, {"type": "boolean"}, {"enum": [1, "a", None]},
+     {"type": "integer", "minimum": 0}, {"type": "array", "items": {"type": "integer"}, "maxItems": 2}, False]
+)  # not `true`: any value is nested at most 3 deep in the grammar, hypothesis-jsonschema nests deeper
+KEYS = st.text(alphabet="abcx0é", min_size=0, max_size=4)
+
+
+@st.composite
+def pattern_objects(draw: st.DrawFn) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object"}
+    props = draw(st.dictionaries(KEYS, VALUES, max_size=3))
+    if props:
+        schema["properties"] = props
+        schema["required"] = [k for k in props if draw(st.booleans())]
+    schema["patternProperties"] = draw(st.dictionaries(PATTERNS, VALUES, min_size=1, max_size=3))
+    # always explicit: the tests compile in strict mode, where a missing additionalProperties means false
+    schema["additionalProperties"] = draw(VALUES)
+    if draw(st.booleans()):
+        schema["propertyNames"] = draw(st.sampled_from([{"maxLength": 2}, {"pattern": "^[a-c]*$"}, {"not": {"const": "a"}}]))
+    return schema
+
+
+@SETTINGS
+@given(schema=pattern_objects(), seed=st.integers(0, 2**16))
+def test_pattern_property_walks_are_valid(bytelevel_vocab: Vocabulary, schema: dict[str, Any], seed: int) -> None:
+    _walk_is_valid(bytelevel_vocab, schema, seed)
+
+
+@SETTINGS
+@given(schema=pattern_objects(), data=st.data())
+def test_pattern_property_instances_are_accepted(bytelevel_vocab: Vocabulary, schema: dict[str, Any], data: st.DataObject) -> None:
+    instance = data.draw(from_schema(schema))
+    _accepts_instance(bytelevel_vocab, schema, instance)
+
+
+def test_pattern_properties_exhaustively() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"ab": {"type": "integer"}},
+        "patternProperties": {"^a": {"type": "integer", "minimum": 0}, "b$": {"enum": [1, 2, "s"]}},
+        "additionalProperties": {"type": "boolean"},
+    }
+    keys = ["ab", "a", "b", "xb", "c", ""]
+    values = [-1, 0, 1, 2, "s", True]
+    objects = [dict(zip(ks, vs)) for n in range(3) for ks in itertools.permutations(keys, n)
+               for vs in itertools.product(values, repeat=n)]
+    _agrees(schema, objects)
+
+
+def test_declared_keys_also_take_the_schemas_of_matching_patterns() -> None:
+    schema = {"type": "object", "properties": {"ab": {"type": "integer"}}, "patternProperties": {"^a": {"minimum": 5}}}
+    dfa = _dfa(schema)
+    assert dfa.accepts(b'{"ab": 7}') and not dfa.accepts(b'{"ab": 3}')
+
+
+def test_keys_the_regex_readings_disagree_on_are_left_out() -> None:
+    """`\\w` is ASCII in ECMA-262 but Unicode in Python: `é` may or may not match `^\\w$`, so an extra key `é`
+    is neither given the pattern's schema alone nor additionalProperties alone; the grammar leaves it out."""
+    schema = {"type": "object", "patternProperties": {"^\\w$": {"type": "integer"}}, "additionalProperties": {"type": "string"}}
+    dfa = _dfa(schema)
+    assert dfa.accepts(b'{"a": 1}') and dfa.accepts(b'{"ab": "s"}')
+    assert not dfa.accepts('{"é": 1}'.encode()) and not dfa.accepts('{"é": "s"}'.encode())
+
+
+def test_pattern_upper_bound_contains_both_readings() -> None:
+    for pattern in ["^\\w+$", "a.c", "^\\s$", "x$", "[^\\d]"]:
+        lower, upper = compile_dfa(pattern_ir(pattern)), compile_dfa(pattern_upper_ir(pattern))
+        import re
+
+        for s in ["abc", "é", "a\n", "a\rc", "\x1c", "\ufeff", "x\n", "5", "", "a\nc"]:
+            body = json.dumps(s, ensure_ascii=False)[1:-1].encode()
+            python = re.search(pattern, s) is not None
+            if lower.accepts(body):
+                assert python and upper.accepts(body), (pattern, s)
+            if python:
+                assert upper.accepts(body), (pattern, s)
+
+
+def test_property_names() -> None:
+    schema = {"type": "object", "properties": {"abc": {}}, "propertyNames": {"maxLength": 2}}
+    _agrees(schema, [{}, {"a": 1}, {"ab": 1}, {"abc": 1}, {"xyz": 1}, {"a": 1, "b": [2]}], additional_properties=True)
+    assert _dfa({"type": "object", "required": ["abc"], "propertyNames": {"maxLength": 2}}).start == 0
+
+
+def test_nested_pattern_values_are_written_in_their_schema_order(bytelevel_vocab: Vocabulary) -> None:
+    item = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "integer"}}, "additionalProperties": False}
+    schema = {"type": "object", "patternProperties": {"^x": item}, "additionalProperties": False}
+    text = CanonicalWriter(schema).dumps({"x1": {"a": 1, "b": 2}})
+    assert text == '{"x1": {"b": 2, "a": 1}}'
+    assert feed(Compiler(bytelevel_vocab).compile_schema(schema).guide(), bytelevel_vocab.encode(text))
+
+
+# -- dependencies -----------------------------------------------------------------------------------------------
+
+NAMES = ["a", "b", "c", "d"]
+
+
+@st.composite
+def dependent_objects(draw: st.DrawFn) -> dict[str, Any]:
+    props = {n: draw(st.sampled_from([{"type": "integer"}, {"type": "string", "maxLength": 2}, {"enum": [0, 1]}])) for n in NAMES}
+    deps: dict[str, Any] = {}
+    for n in draw(st.lists(st.sampled_from(NAMES), unique=True, max_size=3)):
+        if draw(st.booleans()):
+            deps[n] = draw(st.lists(st.sampled_from(NAMES), unique=True, max_size=2))
+        else:
+            deps[n] = draw(st.sampled_from([
+                {"required": ["c"]}, {"properties": {"d": {"const": 1}}}, {"not": {"required": ["b"]}},
+                {"properties": {"e": {"type": "boolean"}}, "required": ["e"]}, False, True,
+            ]))
+    required = draw(st.lists(st.sampled_from(NAMES), unique=True, max_size=1))
+    return {"$schema": DRAFT7, "type": "object", "properties": props, "required": required, "dependencies": deps,
+            "additionalProperties": draw(st.sampled_from([False, {"type": "boolean"}]))}
+
+
+@SETTINGS
+@given(schema=dependent_objects(), seed=st.integers(0, 2**16))
+def test_dependency_walks_are_valid(bytelevel_vocab: Vocabulary, schema: dict[str, Any], seed: int) -> None:
+    _walk_is_valid(bytelevel_vocab, schema, seed)
+
+
+@SETTINGS
+@given(schema=dependent_objects(), data=st.data())
+def test_dependency_instances_are_accepted(bytelevel_vocab: Vocabulary, schema: dict[str, Any], data: st.DataObject) -> None:
+    _accepts_instance(bytelevel_vocab, schema, data.draw(from_schema(schema)))
+
+
+def test_dependent_required_and_schemas_exhaustively() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+        "dependentRequired": {"a": ["b"], "b": ["c"]},
+        "dependentSchemas": {"c": {"properties": {"a": {"minimum": 1}}}},
+    }
+    objects = [{k: v for k, v in zip("abc", vs) if v is not None} for vs in itertools.product([None, 0, 1], repeat=3)]
+    _agrees(schema, objects)
+
+
+def test_too_many_dependencies_are_refused() -> None:
+    schema = {"type": "object", "dependentRequired": {f"p{i}": ["q"] for i in range(9)}}
+    with pytest.raises(UnsupportedSchemaError) as info:
+        _dfa(schema)
+    assert info.value.keyword == "dependentRequired"
+
+
+# -- minProperties / maxProperties ----------------------------------------------------------------------------
+
+
+@st.composite
+def counted_objects(draw: st.DrawFn) -> dict[str, Any]:
+    props = {n: {"type": "integer"} for n in draw(st.lists(st.sampled_from(NAMES), unique=True, max_size=4))}
+    lo = draw(st.integers(0, len(props) + 1))  # more would need two additional keys: refused, tested below
+    schema: dict[str, Any] = {"type": "object", "properties": props, "minProperties": lo}
+    if draw(st.booleans()):
+        schema["maxProperties"] = lo + draw(st.integers(0, 2))
+    schema["additionalProperties"] = draw(st.sampled_from([False, {"type": "boolean"}, {"type": "array", "items": {"type": "integer"}}]))
+    schema["required"] = [n for n in props if draw(st.booleans())]
+    return schema
+
+
+@SETTINGS
+@given(schema=counted_objects(), seed=st.integers(0, 2**16))
+def test_property_count_walks_are_valid(bytelevel_vocab: Vocabulary, schema: dict[str, Any], seed: int) -> None:
+    _walk_is_valid(bytelevel_vocab, schema, seed)
+
+
+@SETTINGS
+@given(schema=counted_objects(), data=st.data())
+def test_property_count_instances_are_accepted(bytelevel_vocab: Vocabulary, schema: dict[str, Any], data: st.DataObject) -> None:
+    try:
+        instance = data.draw(from_schema(schema))
+    except Exception:  # noqa: BLE001 - hypothesis-jsonschema finds some drawn schemas unsatisfiable
+        assume(False)
+    # additional members count once toward minProperties (their keys could repeat): see the test below
+    declared = sum(k in schema["properties"] for k in instance)
+    assume(declared + min(len(instance) - declared, 1) >= schema["minProperties"])
+    _accepts_instance(bytelevel_vocab, schema, instance)
+
+
+def test_property_counts_exhaustively() -> None:
+    """Exactly the valid objects, except that additional members count at most once toward minProperties."""
+    schema = {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "additionalProperties": {"type": "array"}, "minProperties": 2, "maxProperties": 3,
+    }
+    dfa = _dfa(schema)
+    check = _validator(schema)
+    keys = ["a", "b", "x", "y"]
+    for n in range(5):
+        for ks in itertools.combinations(keys, n):
+            value = {k: (1 if k in "ab" else [1, [2, "x,y"]]) for k in ks}
+            declared = sum(k in "ab" for k in ks)
+            expected = check.is_valid(value) and declared + min(n - declared, 1) >= 2
+            assert dfa.accepts(CanonicalWriter(schema).dumps(value).encode()) == expected, value
+
+
+def test_min_properties_needing_two_additional_keys_is_refused() -> None:
+    """Two extra members could repeat one key (JSON keeps the last), so they do not make two properties."""
+    schema = {"type": "object", "properties": {"a": {}}, "minProperties": 3, "additionalProperties": {"type": "boolean"}}
+    with pytest.raises(UnsupportedSchemaError) as info:
+        _dfa(schema)
+    assert info.value.keyword == "minProperties" and info.value.path == "#/minProperties"
+    dfa = _dfa({**schema, "minProperties": 2})
+    assert dfa.accepts(b'{"a": 1, "x": true}') and not dfa.accepts(b'{"x": true, "x": false}')
+
+
+def test_container_count_reads_strings_and_nesting() -> None:
+    dfa = compile_dfa(container_count("{", "}", 1, 2))
+    assert not dfa.accepts(b"{}")
+    assert dfa.accepts(b'{"a": [1, 2], "b": "x,y"}')
+    assert dfa.accepts(b'{"a\\",": {"x": 1, "y": [1, {}]}}')
+    assert not dfa.accepts(b'{"a": 1, "b": 2, "c": 3}')
+
+
+# -- contains ---------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def contains_arrays(draw: st.DrawFn) -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "array",
+        "items": draw(st.sampled_from([{"type": "integer", "minimum": 0, "maximum": 5}, {"enum": [0, 1, "a", None]}, {"type": ["integer", "string", "null"]}])),
+        "contains": draw(st.sampled_from([{"const": 1}, {"type": "integer", "minimum": 3}, {"type": "string"}])),
+    }
+    if draw(st.booleans()):
+        schema["minContains"] = draw(st.integers(0, 2))
+    if draw(st.booleans()):
+        schema["maxContains"] = draw(st.integers(1, 3))
+    if draw(st.booleans()):
+        schema["maxItems"] = draw(st.integers(0, 4))
+    return schema
+
+
+@SETTINGS
+@given(schema=contains_arrays(), seed=st.integers(0, 2**16))
+def test_contains_walks_are_valid(bytelevel_vocab: Vocabulary, schema: dict[str, Any], seed: int) -> None:
+    _walk_is_valid(bytelevel_vocab, schema, seed)
+
+
+@SETTINGS
+@given(schema=contains_arrays(), data=st.data())
+def test_contains_instances_are_accepted(bytelevel_vocab: Vocabulary, schema: dict[str, Any], data: st.DataObject) -> None:
+    try:
+        instance = data.draw(from_schema(schema))
+    except Exception:  # noqa: BLE001 - hypothesis-jsonschema finds some drawn schemas unsatisfiable
+        assume(False)
+    _accepts_instance(bytelevel_vocab, schema, instance)
+
+
+def test_contains_exhaustively() -> None:
+    schema = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 3}, "contains": {"minimum": 2},
+              "minContains": 1, "maxContains": 2, "maxItems": 4}
+    _agrees(schema, [list(t) for n in range(6) for t in itertools.product(range(4), repeat=n)])
+
+
+def test_contains_with_tuple_items_is_refused() -> None:
+    with pytest.raises(UnsupportedSchemaError) as info:
+        _dfa({"type": "array", "prefixItems": [{"type": "integer"}], "contains": {"const": 1}})
+    assert info.value.keyword == "contains" and info.value.path == "#/contains"
+
+
+# -- multipleOf -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("m", [2, 3, 4, 5, 7, 10, 12, 21, 25, 2.5, 0.5, 0.1, 0.01, 0.25, 1.5, 0.0001, 6.0])
+@pytest.mark.parametrize("kind", ["integer", "number"])
+def test_multiple_of_is_sound(kind: str, m: float) -> None:
+    """Nothing accepted fails Python's test or exact decimal arithmetic; the multiples of the binary-exact grid
+    (m·5^b for m = p / (2^a 5^b)) are all accepted."""
+    schema = {"type": kind, "multipleOf": m}
+    dfa = _dfa(schema)
+    texts = [str(i) for i in range(-200, 200)] + [f"{i / 100:.2f}" for i in range(-2000, 2000, 3)]
+    texts += [f"{i / 8}" for i in range(-200, 200)] + ["1.50", "2.500", "12345678901234567890", "-0", "1e2", "0.0"]
+    check = _validator(schema)
+    exact = Fraction(repr(m)) if isinstance(m, float) else Fraction(m)
+    grid = Fraction(exact.numerator) if kind == "integer" else exact * 5 ** _power(exact.denominator, 5)
+    for t in texts:
+        value = json.loads(t)
+        if dfa.accepts(t.encode()):
+            assert check.is_valid(value) and Fraction(t) % exact == 0, t
+        elif Fraction(t) % grid == 0 and "e" not in t and t != "-0" and abs(Fraction(t)) < 10**12:
+            if kind == "number" or "." not in t:
+                assert False, f"{t} is a multiple of {grid} and was refused"
+
+
+def _power(n: int, p: int) -> int:
+    k = 0
+    while n % p == 0:
+        n //= p
+        k += 1
+    return k
+
+
+def test_multiple_of_with_bounds_enumerates_and_checks_python() -> None:
+    schema = {"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 1}
+    dfa = _dfa(schema)
+    check = _validator(schema)
+    for i in range(0, 101):
+        text = json.dumps(i / 100)
+        assert dfa.accepts(text.encode()) == check.is_valid(json.loads(text)), text
+    assert not dfa.accepts(b"1.01") and not dfa.accepts(b"-0.01")
+    assert _sound({"type": "integer", "multipleOf": 13, "exclusiveMinimum": 100, "exclusiveMaximum": 1000},
+                  [str(i) for i in range(0, 1100)]) == 69
+
+
+@SETTINGS
+@given(m=st.sampled_from([2, 3, 5, 7, 10, 0.5, 0.25, 2.5]), bounds=st.tuples(st.integers(-50, 50), st.integers(0, 100)),
+       seed=st.integers(0, 2**16))
+def test_multiple_of_walks_are_valid(bytelevel_vocab: Vocabulary, m: float, bounds: tuple[int, int], seed: int) -> None:
+    schema = {"type": "number", "multipleOf": m, "minimum": bounds[0], "maximum": bounds[0] + bounds[1]}
+    _walk_is_valid(bytelevel_vocab, schema, seed)
+    _walk_is_valid(bytelevel_vocab, {"type": "integer", "multipleOf": m}, seed)
+
+
+@SETTINGS
+@given(m=st.sampled_from([2, 3, 4, 7, 12, 25]), data=st.data())
+def test_multiple_of_instances_are_accepted(bytelevel_vocab: Vocabulary, m: int, data: st.DataObject) -> None:
+    schema = {"type": "integer", "multipleOf": m}
+    _accepts_instance(bytelevel_vocab, schema, data.draw(from_schema(schema)))
+
+
+@pytest.mark.parametrize("m", [11, 6.75, 1e-05, 0.7])
+def test_multiple_of_without_a_small_automaton_is_refused(m: float) -> None:
+    with pytest.raises(UnsupportedSchemaError) as info:
+        _dfa({"type": "number", "multipleOf": m})
+    assert info.value.keyword == "multipleOf" and info.value.path == "#/multipleOf"
+
+
+def test_multiples_module_spells_exact_decimals() -> None:
+    dfa = compile_dfa(multiples(0.25, integer=False, lo=None, lo_incl=True, hi=None, hi_incl=True))
+    for text in ["0", "0.25", "-1.5", "2.750", "3", "3.0", "1000000.75"]:
+        assert dfa.accepts(text.encode()), text
+    for text in ["0.2", "-0", "1.125", "1e3", "00.25"]:
+        assert not dfa.accepts(text.encode()), text
