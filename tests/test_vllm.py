@@ -29,9 +29,11 @@ import pytest
 
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController
+from tooldec.errors import TokenRejectedError
 from tooldec.eval.metrics import SyntaxChecker
 from tooldec.integrations.batch import (
     PAYLOAD_KEY,
+    CallsOnly,
     PolicyBatch,
     PolicyFactory,
     ToolRequest,
@@ -204,6 +206,43 @@ def test_factory_maps_tool_choice(factory: PolicyFactory) -> None:
     assert none.tool_choice == "none"
 
 
+def test_after_a_call_only_more_calls_or_eos(factory: PolicyFactory, vocab: Vocabulary) -> None:
+    policy = factory.policy(ToolRequest.from_payload({"tools": TOOLS}))
+    assert isinstance(policy, CallsOnly)
+    words = factory.prepared.words
+
+    def allowed() -> set[bytes | None]:
+        out = np.zeros((1, words), dtype=np.int32)
+        policy.fill_bitmask(out, 0)
+        from tooldec.index import unpack
+
+        return {vocab.token_bytes[i] for i in np.flatnonzero(unpack(out[0], vocab.size))}
+
+    assert b" the" in allowed()  # free text before the first call
+    policy.accept_tokens(vocab.encode('Sure. <tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'))
+    assert len(policy.events) == 1
+    gap = allowed()
+    assert None in gap and b"\n" in gap and b"<tool_call>" in gap and b"<tool" in gap
+    assert b" the" not in gap and b"x" not in gap and b"<tool_call>x" not in gap
+    with pytest.raises(TokenRejectedError):
+        policy.accept_token(vocab.encode(" the")[0])
+    before = len(policy.tokens)
+    assert policy.validate_tokens(vocab.encode("\n<tool_call>\nx")) == 3 and len(policy.tokens) == before
+    policy.accept_tokens(vocab.encode("\n<tool"))
+    assert allowed() == {b"_", b"_call>"}  # half a trigger: no EOS, no text
+    policy.accept_tokens(vocab.encode("_call>"))
+    assert allowed() == {b"\n"}  # the next call, guided by the controller again
+    policy.rollback(2)
+    assert None in allowed() and b"\n" in allowed()  # back in the gap after the first call
+    policy.accept_token(min(vocab.eos_ids))
+    assert policy.is_terminated()
+    policy.reset()
+    assert policy.tokens == [] and b" the" in allowed()
+    # one call only (parallel_tool_calls false), or another syntax: the plain controller
+    assert isinstance(factory.policy(ToolRequest.from_payload({"tools": TOOLS, "parallel_tool_calls": False})),
+                      CallController)
+
+
 def test_rows_without_payload_are_untouched(factory: PolicyFactory, vocab: Vocabulary) -> None:
     batch = PolicyBatch(factory)
     apply_update(batch, Update(added=[(0, Params(), [1], []), (1, Params({"x": "y"}), [1], [])]))
@@ -237,7 +276,7 @@ def test_new_tokens_are_fed_before_each_apply(factory: PolicyFactory, vocab: Voc
     output += vocab.encode('<tool_call>\n{"name": "add", "arguments": {"a": ')
     mask = masked(batch, 1)[0]
     row = batch.rows[0]
-    assert row.seen == len(output) and isinstance(row.policy, CallController)
+    assert row.seen == len(output) and row.policy.tokens == output  # type: ignore[union-attr]
     assert allowed_text(vocab, mask) >= {b"1", b"-", b"12"} and b"a" not in allowed_text(vocab, mask)
     output.append(-1)  # an asynchronous step's placeholder: not fed until it is the real token
     masked(batch, 1)
@@ -251,12 +290,12 @@ def test_slot_reused_by_a_new_request_gets_a_fresh_policy(factory: PolicyFactory
     first += vocab.encode('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa')
     masked(batch, 1)
     old = batch.rows[0].policy
-    assert isinstance(old, CallController) and old.tokens
+    assert old.tokens == first  # type: ignore[union-attr]
     # the request finishes; a new one takes slot 0 in the same update (removed, then added)
     second: list[int] = []
     apply_update(batch, Update(removed=[0], added=[(0, tooled("required"), [1], second)]))
     new = batch.rows[0].policy
-    assert new is not old and isinstance(new, CallController) and new.tokens == []
+    assert new is not old and new.tokens == []  # type: ignore[union-attr]
     assert allowed_text(vocab, masked(batch, 1)[0]) == {b"<tool_call>"}
     # an added row replaces its slot even when vLLM does not list the old request as removed
     apply_update(batch, Update(added=[(0, tooled("required"), [1], [])]))
@@ -368,6 +407,9 @@ def test_simulated_engine_writes_only_valid_calls(factory: PolicyFactory, vocab:
     for choice, out in finished:
         text = b"".join(vocab.token_bytes[t] or b"" for t in out if t != eos).decode("utf-8", "replace")
         blocks = [b.split("</tool_call>")[0] for b in text.split("<tool_call>")[1:]]
+        if blocks and "</tool_call>" in text:  # after a call: only more calls (CallsOnly) or one call then EOS
+            between = [b.split("</tool_call>", 1)[1] for b in text.split("<tool_call>")[1:] if "</tool_call>" in b]
+            assert all(not gap.strip() for gap in between), text
         if choice == "none":
             assert not blocks
         if choice in ("required", NAMED):

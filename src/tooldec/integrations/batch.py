@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from tooldec.automaton.dfa import DEAD
 from tooldec.compiler import Compiler
-from tooldec.decoding.controller import CallController, MaskSource, fill_bitmasks
+from tooldec.decoding.controller import CallController, MaskSource, Mode, fill_bitmasks
 from tooldec.errors import TokenRejectedError, ToolDecError
 from tooldec.specs import ToolSet, from_openai_tools
 
@@ -183,6 +184,89 @@ def check_compiles(payload: str, syntax: str) -> None:
         raise ToolRequestError("no call of these tools can be valid (their schemas admit no value)")
 
 
+class CallsOnly:
+    """A chat answer's policy: free text until the first call, then only more calls.
+
+    Wraps a CallController that returns to text after each call (parallel calls). Once a call is written,
+    the text between and after calls may only be whitespace, the trigger of the next call, or EOS: text there
+    would be lost anyway (a Hermes parser keeps the content before the first call), and a small model left free
+    after its call rambles or repeats it until max_tokens. Everything else is the controller's."""
+
+    def __init__(self, controller: CallController, gap: Any) -> None:
+        """`gap` is the token index of `[ \\t\\r\\n]*(<trigger>)?` (PolicyFactory builds it once per model)."""
+        self.controller = controller
+        self._gap = gap
+        self._state: int | None = None  # the gap's state while between or after calls, else None
+        self._history: list[int | None] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.controller, name)
+
+    def mask_source(self) -> MaskSource:
+        if self._state is not None and not self.controller.done:
+            return self._gap.source(self._state)  # type: ignore[no-any-return]
+        return self.controller.mask_source()
+
+    def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
+        fill_bitmasks([self], out, [row])
+
+    def accept_token(self, token_id: int) -> Any:
+        """Take a token (TokenRejectedError if the gap or the controller refuses it)."""
+        state = self._state
+        if state is not None and not self.controller.done:
+            nxt = self._gap.next_state(state, token_id)
+            if nxt == DEAD:
+                tb = self.controller.vocab.token_bytes
+                raise TokenRejectedError(token_id, state, tb[token_id] if 0 <= token_id < len(tb) else None)
+            state = nxt
+        event = self.controller.accept_token(token_id)
+        self._history.append(self._state)
+        if event is not None and self.controller.mode is Mode.TEXT:
+            state = self._gap.start  # a call just ended: the gap begins
+        elif self.controller.mode is not Mode.TEXT:
+            state = None  # in the next call (or done)
+        self._state = state
+        return event
+
+    def accept_tokens(self, tokens: Sequence[int]) -> list[Any]:
+        events = []
+        for n, token in enumerate(tokens):
+            try:
+                event = self.accept_token(token)
+            except TokenRejectedError:
+                self.rollback(n)
+                raise
+            if event is not None:
+                events.append(event)
+        return events
+
+    def validate_tokens(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens`, from the first, would be accepted in turn (the policy is left as it was)."""
+        n = 0
+        for token in tokens:
+            try:
+                self.accept_token(token)
+            except TokenRejectedError:
+                break
+            n += 1
+        self.rollback(n)
+        return n
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last `n` accepted tokens."""
+        self.controller.rollback(n)
+        for _ in range(n):
+            self._state = self._history.pop()
+
+    def is_terminated(self) -> bool:
+        return self.controller.is_terminated()
+
+    def reset(self) -> None:
+        self.controller.reset()
+        self._state = None
+        self._history = []
+
+
 class PolicyFactory:
     """Makes the policy of one request on one model: the compiler (shared, cached) and the model's call syntax."""
 
@@ -193,6 +277,19 @@ class PolicyFactory:
         self.compiler = compiler
         self.prepared = compiler.prepared
         self.syntax = syntax
+        self._gaps: dict[str, Any] = {}
+
+    def _gap(self, trigger: str) -> Any:
+        """The token index of what may follow a call before the next one: whitespace, the trigger, or EOS."""
+        gap = self._gaps.get(trigger)
+        if gap is None:
+            from tooldec.automaton.compile import compile_dfa
+            from tooldec.grammar.ir import lit, one_of_bytes, opt, seq, star
+            from tooldec.index import TokenIndex
+
+            dfa = compile_dfa(seq(star(one_of_bytes(b" \t\r\n")), opt(lit(trigger))))
+            gap = self._gaps[trigger] = TokenIndex(dfa, self.prepared)
+        return gap
 
     @classmethod
     def from_hf(cls, tokenizer: Any, *, vocab_size: int | None = None, syntax: str | None = None) -> PolicyFactory:
@@ -204,20 +301,25 @@ class PolicyFactory:
         vocab = Vocabulary.from_hf(tokenizer, vocab_size=vocab_size)
         return cls(Compiler(vocab), syntax or detect_syntax(tokenizer))
 
-    def policy(self, request: ToolRequest) -> CallController:
-        """A fresh policy for one request: guided calls of its tools in its syntax, its tool_choice mode."""
+    def policy(self, request: ToolRequest) -> CallController | CallsOnly:
+        """A fresh policy for one request: guided calls of its tools in its syntax, its tool_choice mode.
+
+        With parallel calls in the Hermes syntax, a CallsOnly: after the first call, only more calls or EOS."""
         from tooldec.agents.chat import CHAT_SYNTAXES
 
         syntax = CHAT_SYNTAXES[request.syntax or self.syntax]
         grammar = self.compiler.compile(request.call_tools, syntax.format)
         parallel = syntax.parallel and request.parallel
-        return CallController(
+        controller = CallController(
             grammar,
             trigger=syntax.trigger,
             tool_choice=request.mode,  # type: ignore[arg-type]
             after_call="text" if parallel else "stop",
             max_calls=request.max_calls or (PARALLEL_MAX_CALLS if parallel else 1),
         )
+        if parallel and syntax.format == "hermes":
+            return CallsOnly(controller, self._gap(syntax.trigger))
+        return controller
 
 
 class _EosOnly:
@@ -236,7 +338,7 @@ class _Row:
     policy has taken, and whether guidance was given up (a token the mask did not allow was sampled)."""
 
     request: ToolRequest
-    policy: CallController | _EosOnly
+    policy: CallController | CallsOnly | _EosOnly
     output: Sequence[int]
     seen: int = 0
     off: bool = False
@@ -272,7 +374,7 @@ class PolicyBatch:
             return
         if request is None:
             return
-        policy: CallController | _EosOnly
+        policy: CallController | CallsOnly | _EosOnly
         try:
             policy = self.factory.policy(request)
         except Exception as exc:  # noqa: BLE001 -- the engine step must go on for the other rows
@@ -308,7 +410,7 @@ class PolicyBatch:
     def sync(self) -> None:
         """Feed every guided row the tokens generated since the last step."""
         for index, row in self.rows.items():
-            if row.off or not isinstance(row.policy, CallController):
+            if row.off or isinstance(row.policy, _EosOnly):
                 continue
             output = row.output
             while row.seen < len(output):
