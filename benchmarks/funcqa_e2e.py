@@ -1,7 +1,9 @@
 """End to end on the default model: FuncQA questions with guidance (jump-forward on and off) and without.
 
 Reports tokens per second, forward passes, the share of passes jump-forward saves, and the guidance overhead
-(time outside the model's forward pass, as a share of the model step). Not a test: figures depend on the load.
+(time outside the model's forward pass, as a share of the model step), and the guidance share: the time spent
+filling and applying masks and accepting tokens into the policies (Generation.guidance_seconds) over the model's
+forward time. Not a test: figures depend on the load.
 
     python benchmarks/funcqa_e2e.py [--n 20] [--shared ../shared] [--out benchmarks/results]
 """
@@ -63,6 +65,7 @@ def main() -> None:
                 "tokens_per_s": round(tokens / seconds, 2),
                 "seconds_per_question": round(statistics.mean(r.seconds for r in results), 3),
                 "overhead_share_of_model_step": round((seconds - model) / model, 4),
+                "guidance_share_of_model_time": round(sum(r.guidance_seconds for r in results) / model, 5),
             }
         )
     base = {r["mode"]: r for r in rows}

@@ -19,6 +19,7 @@ class AgentResult:
     tokens: int = 0
     seconds: float = 0.0
     model_seconds: float = 0.0
+    guidance_seconds: float = 0.0
     forward_passes: int = 0
     forced_tokens: int = 0
     errors: list[str] = field(default_factory=list)
@@ -35,6 +36,7 @@ class AgentResult:
         self.tokens += gen.sampled_tokens + gen.forced_tokens
         self.seconds += gen.seconds
         self.model_seconds += gen.model_seconds
+        self.guidance_seconds += gen.guidance_seconds
         self.forward_passes += gen.forward_passes
         self.forced_tokens += gen.forced_tokens
 

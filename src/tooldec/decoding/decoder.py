@@ -50,6 +50,9 @@ class Generation:
     forward_passes: int = 0
     seconds: float = 0.0
     model_seconds: float = 0.0
+    guidance_seconds: float = 0.0
+    """This row's guidance work: accepting tokens, forced stretches, and its share of each step's mask fill and
+    apply (the batch's fill + apply time divided among the rows that sampled)."""
     prefix_tokens: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -116,9 +119,12 @@ class Decoder:
                     rows.append(row)
             if not rows:
                 break
+            t_mask = time.perf_counter()
             fill_bitmasks([controllers[r] for r in rows], bitmask, rows)
             apply_token_bitmask_inplace(logits, bitmask, rows)
+            share = (time.perf_counter() - t_mask) / len(rows)
             for row in rows:
+                gens[row].guidance_seconds += share
                 ctrl, gen = controllers[row], gens[row]
                 token = sample_token(logits[row], params, generator)
                 gen.sampled_tokens += 1
@@ -183,7 +189,9 @@ class Decoder:
         on_token: OnToken | None = None,
     ) -> None:
         """Give one token to the controller; a finished call may append the tool's result."""
+        t_accept = time.perf_counter()
         event = ctrl.accept_token(token)
+        gen.guidance_seconds += time.perf_counter() - t_accept
         if on_token is not None:
             on_token(token, event)
         if event is None or on_call is None:
@@ -207,7 +215,12 @@ class Decoder:
         on_token: OnToken | None = None,
     ) -> None:
         """Append forced tokens (a forced trigger, then the call's forced stretch) without sampling them."""
-        while not ctrl.done and (forced := ctrl.forced()):
+        while not ctrl.done:
+            t_forced = time.perf_counter()
+            forced = ctrl.forced()
+            gen.guidance_seconds += time.perf_counter() - t_forced
+            if not forced:
+                break
             for token in forced:
                 pending.append(token)
                 gen.forced_tokens += 1
