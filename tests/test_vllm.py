@@ -206,8 +206,8 @@ def test_factory_maps_tool_choice(factory: PolicyFactory) -> None:
     assert none.tool_choice == "none"
 
 
-def test_after_a_call_only_more_calls_or_eos(factory: PolicyFactory, vocab: Vocabulary) -> None:
-    policy = factory.policy(ToolRequest.from_payload({"tools": TOOLS}))
+def test_required_calls_come_back_to_back_then_eos(factory: PolicyFactory, vocab: Vocabulary) -> None:
+    policy = factory.policy(ToolRequest.from_payload({"tools": TOOLS, "tool_choice": "required"}))
     assert isinstance(policy, CallsOnly)
     words = factory.prepared.words
 
@@ -218,29 +218,30 @@ def test_after_a_call_only_more_calls_or_eos(factory: PolicyFactory, vocab: Voca
 
         return {vocab.token_bytes[i] for i in np.flatnonzero(unpack(out[0], vocab.size))}
 
-    assert b" the" in allowed()  # free text before the first call
-    policy.accept_tokens(vocab.encode('Sure. <tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'))
+    assert allowed() == {b"<tool_call>"}  # the trigger is forced
+    policy.accept_tokens(vocab.encode('<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'))
     assert len(policy.events) == 1
     gap = allowed()
-    assert None in gap and b"\n" in gap and b"<tool_call>" in gap and b"<tool" in gap
-    assert b" the" not in gap and b"x" not in gap and b"<tool_call>x" not in gap
+    assert None in gap and b"<tool_call>" in gap and b"<tool" in gap and b"<" in gap
+    assert b"\n" not in gap and b" the" not in gap and b"x" not in gap
     with pytest.raises(TokenRejectedError):
         policy.accept_token(vocab.encode(" the")[0])
     before = len(policy.tokens)
-    assert policy.validate_tokens(vocab.encode("\n<tool_call>\nx")) == 3 and len(policy.tokens) == before
-    policy.accept_tokens(vocab.encode("\n<tool"))
+    assert policy.validate_tokens(vocab.encode("<tool_call>\nx")) == 2 and len(policy.tokens) == before
+    policy.accept_tokens(vocab.encode("<tool"))
     assert allowed() == {b"_", b"_call>"}  # half a trigger: no EOS, no text
     policy.accept_tokens(vocab.encode("_call>"))
     assert allowed() == {b"\n"}  # the next call, guided by the controller again
     policy.rollback(2)
-    assert None in allowed() and b"\n" in allowed()  # back in the gap after the first call
+    assert None in allowed() and b"<tool_call>" in allowed()  # back after the first call
     policy.accept_token(min(vocab.eos_ids))
     assert policy.is_terminated()
     policy.reset()
-    assert policy.tokens == [] and b" the" in allowed()
-    # one call only (parallel_tool_calls false), or another syntax: the plain controller
-    assert isinstance(factory.policy(ToolRequest.from_payload({"tools": TOOLS, "parallel_tool_calls": False})),
-                      CallController)
+    assert policy.tokens == [] and allowed() == {b"<tool_call>"}
+    # auto mode, or one call only (parallel_tool_calls false): the plain controller
+    assert isinstance(factory.policy(ToolRequest.from_payload({"tools": TOOLS})), CallController)
+    assert isinstance(factory.policy(ToolRequest.from_payload(
+        {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False})), CallController)
 
 
 def test_rows_without_payload_are_untouched(factory: PolicyFactory, vocab: Vocabulary) -> None:
@@ -407,9 +408,9 @@ def test_simulated_engine_writes_only_valid_calls(factory: PolicyFactory, vocab:
     for choice, out in finished:
         text = b"".join(vocab.token_bytes[t] or b"" for t in out if t != eos).decode("utf-8", "replace")
         blocks = [b.split("</tool_call>")[0] for b in text.split("<tool_call>")[1:]]
-        if blocks and "</tool_call>" in text:  # after a call: only more calls (CallsOnly) or one call then EOS
+        if choice in ("required", NAMED) and "</tool_call>" in text:  # calls back to back, then EOS
             between = [b.split("</tool_call>", 1)[1] for b in text.split("<tool_call>")[1:] if "</tool_call>" in b]
-            assert all(not gap.strip() for gap in between), text
+            assert all(gap == "" for gap in between), text
         if choice == "none":
             assert not blocks
         if choice in ("required", NAMED):

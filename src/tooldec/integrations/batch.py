@@ -185,15 +185,18 @@ def check_compiles(payload: str, syntax: str) -> None:
 
 
 class CallsOnly:
-    """A chat answer's policy: free text until the first call, then only more calls.
+    """The policy of an answer that must call (tool_choice required or named) with parallel calls: calls
+    back to back, then EOS.
 
-    Wraps a CallController that returns to text after each call (parallel calls). Once a call is written,
-    the text between and after calls may only be whitespace, the trigger of the next call, or EOS: text there
-    would be lost anyway (a Hermes parser keeps the content before the first call), and a small model left free
-    after its call rambles or repeats it until max_tokens. Everything else is the controller's."""
+    Wraps a CallController that returns to text after each call. After a call only the next call's trigger
+    or EOS may follow, as in vLLM's own structural tag for required Hermes calls (separator ""): text there
+    would be lost anyway (a Hermes parser keeps the content before the first call), and free text let
+    SmolLM2 ramble after its call until max_tokens. (Allowing whitespace between calls made it repeat its
+    call instead of ending.) In auto mode the plain controller is used: free text before, between and after
+    calls, as vLLM's triggered tags allow."""
 
     def __init__(self, controller: CallController, gap: Any) -> None:
-        """`gap` is the token index of `[ \\t\\r\\n]*(<trigger>)?` (PolicyFactory builds it once per model)."""
+        """`gap` is the token index of `(<trigger>)?` (PolicyFactory builds it once per model)."""
         self.controller = controller
         self._gap = gap
         self._state: int | None = None  # the gap's state while between or after calls, else None
@@ -280,14 +283,14 @@ class PolicyFactory:
         self._gaps: dict[str, Any] = {}
 
     def _gap(self, trigger: str) -> Any:
-        """The token index of what may follow a call before the next one: whitespace, the trigger, or EOS."""
+        """The token index of what may follow a required call: the next call's trigger, or EOS."""
         gap = self._gaps.get(trigger)
         if gap is None:
             from tooldec.automaton.compile import compile_dfa
-            from tooldec.grammar.ir import lit, one_of_bytes, opt, seq, star
+            from tooldec.grammar.ir import lit, opt
             from tooldec.index import TokenIndex
 
-            dfa = compile_dfa(seq(star(one_of_bytes(b" \t\r\n")), opt(lit(trigger))))
+            dfa = compile_dfa(opt(lit(trigger)))
             gap = self._gaps[trigger] = TokenIndex(dfa, self.prepared)
         return gap
 
@@ -304,7 +307,8 @@ class PolicyFactory:
     def policy(self, request: ToolRequest) -> CallController | CallsOnly:
         """A fresh policy for one request: guided calls of its tools in its syntax, its tool_choice mode.
 
-        With parallel calls in the Hermes syntax, a CallsOnly: after the first call, only more calls or EOS."""
+        A required (or named) call with parallel calls in the Hermes syntax gets a CallsOnly: calls back to back,
+        then EOS."""
         from tooldec.agents.chat import CHAT_SYNTAXES
 
         syntax = CHAT_SYNTAXES[request.syntax or self.syntax]
@@ -317,7 +321,7 @@ class PolicyFactory:
             after_call="text" if parallel else "stop",
             max_calls=request.max_calls or (PARALLEL_MAX_CALLS if parallel else 1),
         )
-        if parallel and syntax.format == "hermes":
+        if parallel and syntax.format == "hermes" and request.mode == "required":
             return CallsOnly(controller, self._gap(syntax.trigger))
         return controller
 
