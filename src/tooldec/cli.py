@@ -290,6 +290,43 @@ def compress_tools_command(
     err.print(f"tokens per tool: {doc['tokens_per_tool_before']:.1f} -> {doc['tokens_per_tool_after']:.1f}")
 
 
+@app.command()
+def serve(
+    model: str | None = typer.Option(None, "--model", help="Folder, .gguf file, embedded name or hub id (default smollm2)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 exposes the server)."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535),
+    served_model_name: str | None = typer.Option(None, "--served-model-name", help="The model id clients send."),
+    max_batch: int = typer.Option(8, "--max-batch", min=1, help="Requests decoded together (continuous batching)."),
+    max_waiting: int = typer.Option(256, "--max-waiting", min=0, help="Queued requests before new ones get a 429."),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", min=2, help="Prompt + answer tokens (default: the model's context)."),
+    max_tokens: int = typer.Option(512, "--max-tokens", min=1, help="Answer tokens when a request sets no max_tokens."),
+    compile_timeout: float = typer.Option(60.0, "--compile-timeout", min=0.1, help="Seconds a tool set may take to compile."),
+    max_body_mb: float = typer.Option(8.0, "--max-body-mb", min=0.001, help="Largest request body accepted."),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
+) -> None:
+    """Serve OpenAI Chat Completions (tools, tool_choice, streaming) with every tool call guided by ToolDec."""
+    try:
+        import uvicorn
+
+        from tooldec.serve import ServeConfig, create_app
+    except ImportError as exc:
+        _fail(f"serving needs the serve extra: pip install 'tooldec[serve,models]' ({exc})")
+    from tooldec.backends import load_model
+
+    try:
+        lm = load_model(model, threads=threads)
+    except (ToolDecError, OSError, ImportError) as exc:
+        _fail(str(exc))
+    config = ServeConfig(
+        model_name=served_model_name or lm.name, max_batch=max_batch, max_waiting=max_waiting,
+        max_model_len=max_model_len, default_max_tokens=max_tokens, compile_timeout=compile_timeout,
+        max_body_bytes=int(max_body_mb * (1 << 20)),
+    )
+    err.print(f"serving {config.model_name} ({lm.source}) on http://{host}:{port}/v1")
+    uvicorn.run(create_app(lm, config), host=host, port=port, log_level=log_level)
+
+
 def main() -> None:
     """Entry point for `python -m tooldec`."""
     app()

@@ -1,0 +1,243 @@
+"""From the tokens a row's policy accepts to an OpenAI assistant message, as deltas while it is written.
+
+Text-mode tokens are content. A trigger the model writes is not: content that could still be the start of
+the trigger (or of a stop string) is held back until it cannot. Tool-mode tokens are a call: its name is
+announced once it is complete (`{"index", "id", "type", "function": {"name", "arguments": ""}}`) and its
+arguments follow in pieces as they are written, exactly the JSON text the grammar let through, so that the
+pieces concatenate to the non-streamed `arguments`. Leading and trailing whitespace of the content is dropped,
+which streaming does too (whitespace is released only once text follows it).
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tooldec.decoding.controller import CallController, CallEvent, Mode
+from tooldec.serve.protocol import call_id
+
+Kind = Literal["tools", "json", "text"]
+
+_CALL_HEAD = re.compile(r'\{"name": "((?:[^"\\]|\\.)*)", "(?:arguments|parameters)": ')
+"""The canonical head of a JSON call in every chat syntax (Hermes, Llama-3.1, Mistral's list items)."""
+
+
+def decode_prefix(data: bytes) -> str:
+    """The text of `data` without an incomplete UTF-8 character at its end (it may complete later)."""
+    for cut in range(4):
+        try:
+            return data[: len(data) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", errors="replace")
+
+
+def json_value_end(text: str, start: int) -> int | None:
+    """Where the JSON object or array starting at `text[start]` ends (the index after it), None if it does not
+    end within `text`."""
+    depth = 0
+    in_string = escaped = False
+    for i in range(start, len(text)):
+        c = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
+def held_back(data: bytes, holds: list[bytes]) -> int:
+    """How many bytes at the end of `data` could be the start of one of `holds` (the longest such)."""
+    best = 0
+    for h in holds:
+        for k in range(min(len(h) - 1, len(data)), best, -1):
+            if data.endswith(h[:k]):
+                best = k
+                break
+    return best
+
+
+@dataclass
+class ToolCallOut:
+    """A call as the client sees it: id, tool name, arguments text so far, and whether it is complete."""
+
+    id: str
+    name: str
+    arguments: str = ""
+    complete: bool = False
+
+    def to_openai(self) -> dict[str, Any]:
+        """The `tool_calls` entry of a message."""
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass
+class OutputBuilder:
+    """Builds one row's message from its tokens (`on_token` runs in the stepping thread; `drain` and
+    `finish` between steps).
+
+    `kind`: "tools" (content and calls), "json" (the whole output is a JSON value, the content) or "text".
+    `stop`: stop strings, cut from the content with what follows them."""
+
+    vocab: Any
+    policy: Any
+    kind: Kind = "text"
+    stop: tuple[str, ...] = ()
+    content: str = ""
+    calls: list[ToolCallOut] = field(default_factory=list)
+    mismatches: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._deltas: list[dict[str, Any]] = []
+        self._content = bytearray()
+        self._released = 0
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._text = ""
+        self._call = bytearray()
+        self._pos = 0
+        self._args_at: int | None = None
+        self._event_first = 0
+        self._mode = getattr(self.policy, "mode", Mode.TEXT)
+        self._holds = [s.encode() for s in self.stop if s]
+        trigger = getattr(self.policy, "trigger", None)
+        self._trigger = trigger
+        if (
+            isinstance(self.policy, CallController)
+            and trigger is not None
+            and trigger.token_id is None
+            and self.policy.tool_choice != "none"
+        ):
+            self._holds.append(trigger.text)
+
+    def on_token(self, token: int, event: CallEvent | None) -> None:
+        """Take one accepted token and the call it completed, if any."""
+        before, after = self._mode, getattr(self.policy, "mode", Mode.TEXT)
+        self._mode = after
+        data = b"" if token in self.vocab.eos_ids else (self.vocab.token_bytes[token] or b"")
+        if self.kind == "json":
+            self._content += data
+            self._release(final=False)
+            return
+        if before is Mode.TOOL:
+            self._call += data
+            self._scan(decode_prefix(bytes(self._call)) if event is None else bytes(self._call).decode())
+            if event is not None:
+                self._complete(event)
+            return
+        if before is Mode.DONE:
+            return
+        self._content += data
+        if after is Mode.TOOL:  # this token fired the trigger: it and the trigger's text are not content
+            trig = self._trigger
+            cut = len(data) if trig is None or trig.token_id is not None else len(trig.text)
+            del self._content[len(self._content) - cut :]
+            self._released = min(self._released, len(self._content))
+            self._call = bytearray()
+            self._pos, self._args_at = 0, None
+            self._event_first = len(self.calls)
+        self._release(final=False)
+
+    def drain(self) -> list[dict[str, Any]]:
+        """The deltas since the last drain, adjacent pieces of the same text merged."""
+        out: list[dict[str, Any]] = []
+        for delta in self._deltas:
+            prev = out[-1] if out else None
+            if prev is not None and "content" in delta and "content" in prev:
+                prev["content"] += delta["content"]
+            elif (
+                prev is not None
+                and "tool_calls" in delta
+                and "tool_calls" in prev
+                and "id" not in delta["tool_calls"][0]
+                and prev["tool_calls"][0]["index"] == delta["tool_calls"][0]["index"]
+            ):
+                prev["tool_calls"][0]["function"]["arguments"] += delta["tool_calls"][0]["function"]["arguments"]
+            else:
+                out.append(json.loads(json.dumps(delta)))
+        self._deltas.clear()
+        return out
+
+    def finish(self) -> None:
+        """Release the content held back (the row is over)."""
+        self._release(final=True)
+
+    @property
+    def complete_calls(self) -> list[ToolCallOut]:
+        """The calls the model finished writing."""
+        return [c for c in self.calls if c.complete]
+
+    @property
+    def in_call(self) -> bool:
+        """Whether the row stopped inside a call (cut by the token limit)."""
+        return self._mode is Mode.TOOL
+
+    def _release(self, *, final: bool) -> None:
+        """Decode the content bytes that can no longer be a trigger or stop string and emit what is new."""
+        data = bytes(self._content)
+        upto = len(data) if final or self.kind == "json" else len(data) - held_back(data, self._holds)
+        if upto > self._released:
+            self._text += self._decoder.decode(data[self._released : upto], final=final)
+            self._released = upto
+        elif final:
+            self._text += self._decoder.decode(b"", final=True)
+        text = self._text
+        if self.kind != "json":
+            for s in self.stop:
+                if s and s in text:
+                    text = text[: text.index(s)]
+            text = text.strip()
+        if len(text) > len(self.content) and text.startswith(self.content):
+            self._deltas.append({"content": text[len(self.content) :]})
+            self.content = text
+
+    def _scan(self, text: str) -> None:
+        """Announce calls whose name is complete and stream their arguments as far as they are written."""
+        while True:
+            if self._args_at is None:
+                m = _CALL_HEAD.search(text, self._pos)
+                if m is None:
+                    return
+                call = ToolCallOut(call_id(), json.loads('"' + m.group(1) + '"'))
+                self.calls.append(call)
+                index = len(self.calls) - 1
+                self._deltas.append({"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                                                     "function": {"name": call.name, "arguments": ""}}]})
+                self._args_at = m.end()
+            call = self.calls[-1]
+            end = json_value_end(text, self._args_at)
+            upto = len(text) if end is None else end
+            new = text[self._args_at + len(call.arguments) : upto]
+            if new:
+                call.arguments += new
+                self._deltas.append({"tool_calls": [{"index": len(self.calls) - 1, "function": {"arguments": new}}]})
+            if end is None:
+                return
+            self._pos, self._args_at = end, None
+
+    def _complete(self, event: CallEvent) -> None:
+        """Mark the event's calls complete, checking that the streamed text says what the grammar parsed."""
+        found = self.calls[self._event_first :]
+        parsed = event.calls
+        if event.error or len(found) != len(parsed):
+            self.mismatches.append(event.error or f"{len(found)} calls streamed, {len(parsed)} parsed")
+        for out, call in zip(found, parsed, strict=False):
+            if out.name != call.name or json.loads(out.arguments or "null") != call.arguments:
+                self.mismatches.append(f"streamed {out.name} {out.arguments} but parsed {call.name}")
+            out.complete = True
+        self._call = bytearray()
+        self._pos, self._args_at = 0, None
+        self._event_first = len(self.calls)

@@ -1,0 +1,156 @@
+"""What a request asks the decoder to do: its tools, how calls are guided, its sampling and limits.
+
+`tools` are read with `tooldec.specs.from_openai_tools` and compiled by the model's compiler (cached,
+thread-safe) in the model's chat syntax; `tool_choice` maps to the CallController's mode as in `ChatAgent`
+("auto": the model may write the syntax's trigger, after which the call is guided; "required": the trigger
+is forced; a named function: only that tool, one call; "none": the trigger is banned). With
+`parallel_tool_calls` the row goes back to text after a call (syntaxes that allow several calls in a turn),
+else it stops after one. `response_format` json_schema guides the whole answer by the schema's grammar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tooldec.compiler import CompiledGrammar, Compiler
+from tooldec.decoding import CallController, FreeController, Policy
+from tooldec.decoding.sampling import SamplingParams
+from tooldec.errors import ToolDecError
+from tooldec.grammar.calls import FORMATS, CallFormat, JsonCall, ParallelCalls
+from tooldec.serve.errors import APIError, pointer_param, tool_error
+from tooldec.serve.output import Kind
+from tooldec.serve.prompt import ChatTemplate
+from tooldec.serve.protocol import MAX_STOP, ChatCompletionRequest, NamedToolChoice
+from tooldec.specs import ToolSet, from_openai_tools
+
+
+@dataclass
+class Plan:
+    """A checked request, before its grammar is compiled."""
+
+    kind: Kind
+    tools: ToolSet | None
+    call_tools: ToolSet | None
+    mode: str
+    after_call: str
+    format: CallFormat | None
+    schema: Any
+    strict: bool
+    stop: tuple[str, ...]
+    params: SamplingParams
+    max_tokens: int | None
+
+    def compile(self, compiler: Compiler) -> CompiledGrammar | None:
+        """The grammar this request decodes with (slow the first time for a tool set: run it in a thread);
+        raises APIError naming the tool and JSON path of a schema that cannot be compiled."""
+        if self.kind == "json":
+            try:
+                return compiler.compile_schema(self.schema, additional_properties=not self.strict)
+            except (ToolDecError, RecursionError) as exc:
+                raise tool_error(exc, "response_format.json_schema.schema") from exc
+        if self.kind == "tools":
+            assert self.call_tools is not None and self.format is not None and self.tools is not None
+            try:
+                return compiler.compile(self.call_tools, self.format)
+            except (ToolDecError, RecursionError) as exc:
+                raise _located(exc, self.tools) from exc
+        return None
+
+    def policy(self, grammar: CompiledGrammar | None, template: ChatTemplate, vocab: Any) -> Policy:
+        """A fresh policy for one row."""
+        if self.kind == "text" or grammar is None:
+            return FreeController(vocab, None, stop=self.stop)
+        if self.kind == "json":
+            return CallController(grammar)
+        return CallController(
+            grammar,
+            trigger=template.syntax.trigger,
+            tool_choice=self.mode,  # type: ignore[arg-type]
+            after_call=self.after_call,  # type: ignore[arg-type]
+            max_calls=1 if self.after_call == "stop" else 16,
+            stop=self.stop,
+        )
+
+
+def _located(exc: Exception, tools: ToolSet) -> APIError:
+    """A compile error whose path is inside one tool's parameters, placed at that tool in the request."""
+    tool, path = getattr(exc, "tool", None), getattr(exc, "path", None)
+    if tool in tools and path and path.startswith("#/parameters"):
+        i = tools.names.index(tool)
+        error = tool_error(exc)
+        error.param = pointer_param(f"tools[{i}].function.parameters", "#" + path[len("#/parameters"):])
+        return error
+    return tool_error(exc)
+
+
+def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:
+    """Check a request's parameters against each other and read its tools; raises APIError."""
+    if req.n != 1:
+        raise APIError("only n=1 is supported", param="n", code="unsupported_value")
+    if req.logprobs or req.top_logprobs:
+        raise APIError("logprobs are not supported", param="logprobs", code="unsupported_value")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(req, name):
+            raise APIError(f"{name} is not supported (only 0)", param=name, code="unsupported_value")
+    stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    if len(stop) > MAX_STOP:
+        raise APIError(f"at most {MAX_STOP} stop sequences", param="stop")
+    if any(not s for s in stop):
+        raise APIError("stop sequences must not be empty", param="stop")
+    if req.max_tokens is not None and req.max_completion_tokens is not None and (
+        req.max_tokens != req.max_completion_tokens
+    ):
+        raise APIError("max_tokens and max_completion_tokens disagree", param="max_completion_tokens")
+    temperature = 0.0 if req.top_p == 0 else req.temperature
+    params = SamplingParams(temperature=temperature, top_p=req.top_p or 1.0, seed=req.seed)
+    max_tokens = req.max_completion_tokens or req.max_tokens
+
+    tools = None
+    if req.tools is not None:
+        raw = [t.model_dump(exclude_none=True, by_alias=True) for t in req.tools]
+        try:
+            tools = ToolSet(from_openai_tools(raw))
+        except (ToolDecError, RecursionError) as exc:
+            raise tool_error(exc) from exc
+    choice = req.tool_choice
+    if choice is None:
+        choice = "auto" if tools is not None else "none"
+    if tools is None and choice != "none":
+        raise APIError("tool_choice needs tools", param="tool_choice")
+
+    fmt = req.response_format
+    if fmt is not None and fmt.type != "text":
+        if tools is not None and choice != "none":
+            raise APIError(
+                "response_format json_schema/json_object together with callable tools is not supported; "
+                'use tool_choice "none" or leave out tools',
+                param="response_format",
+            )
+        if fmt.type == "json_object":
+            schema: Any = {"type": "object"}
+            strict = False
+        else:
+            if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+                raise APIError("response_format json_schema needs json_schema.schema", param="response_format.json_schema")
+            schema, strict = fmt.json_schema.schema_, bool(fmt.json_schema.strict)
+        return Plan("json", tools, None, "required", "stop", None, schema, strict, stop, params, max_tokens)
+
+    if tools is None:
+        return Plan("text", None, None, "none", "stop", None, None, False, stop, params, max_tokens)
+    syntax = template.syntax
+    call_tools, mode = tools, choice
+    if isinstance(choice, NamedToolChoice):
+        name = choice.function.name
+        if name not in tools:
+            raise APIError(
+                f"tool_choice names an unknown tool {name!r} (tools: {', '.join(tools.names)})",
+                param="tool_choice.function.name",
+            )
+        call_tools, mode = ToolSet([tools[name]]), "required"
+    parallel = req.parallel_tool_calls and syntax.parallel and not isinstance(choice, NamedToolChoice)
+    call_format: Any = FORMATS[syntax.format]
+    if syntax.format == "mistral" and not parallel:
+        call_format = ParallelCalls(JsonCall(), max_calls=1, name="mistral")  # type: ignore[arg-type]
+    after_call = "text" if parallel and syntax.format != "mistral" else "stop"
+    return Plan("tools", tools, call_tools, str(mode), after_call, call_format, None, False, stop, params, max_tokens)

@@ -1,0 +1,176 @@
+"""Chat messages to prompt tokens through the model's own chat template, with tools and past calls.
+
+The call syntax comes from the template (`tooldec.agents.chat.detect_syntax`). A template that does not
+render `tools` (SmolLM2's) gets the Hermes tool instructions in the system message; one that does not render
+an assistant's `tool_calls` gets them written into the assistant's text in the model's own call syntax, and
+one that ignores `tool` messages gets each result as a `<tool_response>` user turn. What the template
+supports is probed once per model.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tooldec.agents.chat import (
+    CHAT_SYNTAXES,
+    ChatSyntax,
+    detect_syntax,
+    hermes_system_prompt,
+    template_renders_tools,
+)
+from tooldec.backends.loader import LoadedModel
+from tooldec.serve.errors import APIError
+from tooldec.serve.protocol import Message
+from tooldec.specs import ToolSet
+
+_PROBE_NAME = "zq_probe_call"
+_PROBE_RESULT = "zq_probe_result"
+
+
+def _renders(lm: LoadedModel, messages: list[dict[str, Any]], marker: str) -> bool:
+    """Whether the template renders `messages` with `marker` in the text (a template error means no)."""
+    try:
+        text = lm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 -- a template that rejects the probe does not support it
+        return False
+    return marker in text
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """What one model's chat template does with tools, and the call syntax it expects."""
+
+    syntax: ChatSyntax
+    renders_tools: bool
+    renders_tool_calls: bool
+    renders_tool_role: bool
+
+    @classmethod
+    def probe(cls, lm: LoadedModel) -> ChatTemplate:
+        """Probe the template once (a few renders)."""
+        call: dict[str, Any] = {"id": "call_1", "type": "function", "function": {"name": _PROBE_NAME, "arguments": {"x": 1}}}
+        user: dict[str, Any] = {"role": "user", "content": "x"}
+        with_call: list[dict[str, Any]] = [user, {"role": "assistant", "content": "", "tool_calls": [call]}]
+        result: dict[str, Any] = {"role": "tool", "tool_call_id": "call_1", "name": _PROBE_NAME, "content": _PROBE_RESULT}
+        return cls(
+            CHAT_SYNTAXES[detect_syntax(lm.tokenizer)],
+            template_renders_tools(lm),
+            _renders(lm, with_call, _PROBE_NAME),
+            _renders(lm, [*with_call, result], _PROBE_RESULT),
+        )
+
+    def write_calls(self, calls: list[tuple[str, Any]]) -> str:
+        """Past calls as the model writes them (canonical JSON whitespace, as the grammar does)."""
+        key = "parameters" if self.syntax.format == "llama31" else "arguments"
+        objs = [{"name": name, key: args} for name, args in calls]
+        if self.syntax.format == "mistral":
+            return "[TOOL_CALLS]" + json.dumps(objs, ensure_ascii=False)
+        if self.syntax.format == "hermes":
+            return "\n".join(f"<tool_call>\n{json.dumps(o, ensure_ascii=False)}\n</tool_call>" for o in objs)
+        return "\n".join(json.dumps(o, ensure_ascii=False) for o in objs)
+
+
+def _text(message: Message, i: int) -> str | None:
+    """A message's content as text; only text parts are accepted."""
+    content = message.content
+    if content is None:
+        return None
+    if isinstance(content, str):
+        return _unicode(content, f"messages[{i}].content")
+    parts = []
+    for j, part in enumerate(content):
+        if part.type != "text" or part.text is None:
+            raise APIError(
+                f"content parts of type {part.type!r} are not supported (text only)",
+                param=f"messages[{i}].content[{j}]",
+                code="unsupported_content",
+            )
+        parts.append(_unicode(part.text, f"messages[{i}].content[{j}].text"))
+    return "".join(parts)
+
+
+def _unicode(text: str, param: str) -> str:
+    """`text`, refused when it holds lone surrogates (JSON `\\ud800` escapes that are no character)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise APIError(f"the text is not valid Unicode: {exc.reason} at {exc.start}", param=param) from exc
+    return text
+
+
+def template_messages(
+    messages: list[Message], template: ChatTemplate, tools: ToolSet | None
+) -> list[dict[str, Any]]:
+    """The messages as the chat template takes them; raises APIError (naming the message) when malformed."""
+    out: list[dict[str, Any]] = []
+    call_ids: dict[str, str] = {}
+    for i, m in enumerate(messages):
+        text = _text(m, i)
+        if m.role in ("system", "developer", "user"):
+            if text is None:
+                raise APIError(f"a {m.role} message needs content", param=f"messages[{i}].content")
+            if m.tool_calls:
+                raise APIError(f"a {m.role} message cannot have tool_calls", param=f"messages[{i}].tool_calls")
+            out.append({"role": "system" if m.role == "developer" else m.role, "content": text})
+        elif m.role == "assistant":
+            calls = []
+            for j, tc in enumerate(m.tool_calls or []):
+                try:
+                    args = json.loads(tc.function.arguments)
+                except ValueError:
+                    args = None
+                if not isinstance(args, dict):
+                    raise APIError(
+                        "tool call arguments must be a JSON object (as a string)",
+                        param=f"messages[{i}].tool_calls[{j}].function.arguments",
+                    )
+                call_ids[tc.id] = tc.function.name
+                calls.append((tc.id, tc.function.name, args))
+            if text is None and not calls:
+                raise APIError("an assistant message needs content or tool_calls", param=f"messages[{i}].content")
+            if not calls:
+                out.append({"role": "assistant", "content": text})
+            elif template.renders_tool_calls:
+                out.append({"role": "assistant", "content": text or "", "tool_calls": [
+                    {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+                    for cid, name, args in calls
+                ]})
+            else:
+                written = template.write_calls([(name, args) for _, name, args in calls])
+                out.append({"role": "assistant", "content": (text + "\n" if text else "") + written})
+        else:  # tool
+            if text is None:
+                raise APIError("a tool message needs content", param=f"messages[{i}].content")
+            if not m.tool_call_id:
+                raise APIError("a tool message needs tool_call_id", param=f"messages[{i}].tool_call_id")
+            if m.tool_call_id not in call_ids:
+                raise APIError(
+                    f"tool_call_id {m.tool_call_id!r} answers no tool call of an earlier assistant message",
+                    param=f"messages[{i}].tool_call_id",
+                )
+            name = call_ids[m.tool_call_id]
+            if template.renders_tool_role:
+                out.append({"role": "tool", "tool_call_id": m.tool_call_id, "name": name, "content": text})
+            else:
+                out.append({"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"})
+    if tools is not None and not template.renders_tools:
+        instructions = hermes_system_prompt(tools)
+        if out and out[0]["role"] == "system":
+            out[0] = {**out[0], "content": instructions + "\n\n" + out[0]["content"]}
+        else:
+            out.insert(0, {"role": "system", "content": instructions})
+    return out
+
+
+def encode_prompt(
+    lm: LoadedModel, template: ChatTemplate, messages: list[Message], tools: ToolSet | None
+) -> list[int]:
+    """Prompt token ids; raises APIError for malformed messages or ones the template refuses."""
+    chat = template_messages(messages, template, tools)
+    openai_tools = [t.to_openai() for t in tools] if tools is not None and template.renders_tools else None
+    try:
+        return lm.encode_chat(chat, tools=openai_tools)
+    except Exception as exc:
+        raise APIError(f"the model's chat template refused the messages: {exc}", param="messages") from exc
