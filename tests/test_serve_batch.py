@@ -126,3 +126,45 @@ def test_a_failing_row_ends_alone(setup, bytelevel_vocab) -> None:  # type: igno
         finished += batch.step()
     assert bad in finished and bad.gen.finish_reason == "error" and "client callback failed" in (bad.error or "")
     assert good.gen.tokens == _alone(decoder, grammar, enc("b"), SamplingParams(), 300).tokens
+
+
+def test_joining_prompts_reuse_a_kept_prefix(setup, bytelevel_vocab) -> None:  # type: ignore[no-untyped-def]
+    """Prompts that start like an earlier one (a shared system message) take those positions from its kept
+    cache, in a join that mixes rows with and without a reuse, and still decode as they do alone."""
+    decoder, grammar = setup
+    enc = bytelevel_vocab.encode
+    system = enc("You may call tools. Here are the tools and some examples of calls and of their answers. " * 2)
+    batch = ContinuousBatch(decoder, min_prefix=16)
+    first = batch.add(system + enc(" first question"), CallController(grammar), max_new_tokens=300)
+    batch.step()
+    prompts = [system + enc(" a second, longer question"), enc("unrelated"), system[:20] + enc(" short")]
+    rows = [batch.add(p, CallController(grammar), max_new_tokens=300) for p in prompts]
+    while len(batch):
+        batch.step()
+    def common(a: list[int], b: list[int]) -> int:
+        n = 0
+        while n < min(len(a), len(b) - 1) and a[n] == b[n]:
+            n += 1
+        return n if n >= 16 else 0
+
+    head = system + enc(" first question")
+    assert first.gen.prefix_tokens == 0
+    assert [r.gen.prefix_tokens for r in rows] == [common(head, p) for p in prompts]
+    assert rows[0].gen.prefix_tokens >= len(system) and rows[2].gen.prefix_tokens >= 20
+    for prompt, row in zip([system + enc(" first question"), *prompts], [first, *rows], strict=True):
+        assert row.gen.tokens == _alone(decoder, grammar, prompt, SamplingParams(), 300).tokens
+    assert len(batch._prefixes) == 3  # the three long prompts are kept; "unrelated" is too short
+
+
+def test_prompts_joining_together_share_their_common_start(setup, bytelevel_vocab) -> None:  # type: ignore[no-untyped-def]
+    decoder, grammar = setup
+    enc = bytelevel_vocab.encode
+    system = enc("You may call tools. Here are the tools and some examples of calls and of their answers. " * 2)
+    prompts = [system + enc(q) for q in (" one", " two, a longer one", " 3")]
+    batch = ContinuousBatch(decoder, min_prefix=16)
+    rows = [batch.add(p, CallController(grammar), max_new_tokens=300) for p in prompts]
+    while len(batch):
+        batch.step()
+    assert all(r.gen.prefix_tokens >= len(system) - 1 for r in rows)
+    for prompt, row in zip(prompts, rows, strict=True):
+        assert row.gen.tokens == _alone(decoder, grammar, prompt, SamplingParams(), 300).tokens

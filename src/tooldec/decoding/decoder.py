@@ -14,6 +14,7 @@ into a cache whose rows come and go without copying the others (`SlotCache`).
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -227,6 +228,14 @@ class Decoder:
                 self._feed(row, ctrl, gen, token, pending, on_call, on_token)
 
 
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` shares with `b`, leaving `a` at least one token of its own."""
+    n, limit = 0, min(len(a) - 1, len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
+
+
 class SlotLayer(DynamicLayer):
     """One layer's keys and values for a batch whose rows come and go: buffers with spare rows and columns.
 
@@ -365,11 +374,16 @@ class ContinuousBatch:
     `step` from one thread at a time (a server calls `step` in a worker thread and the others between steps).
     """
 
-    def __init__(self, decoder: Decoder) -> None:
-        """Decode with `decoder`'s model and vocabulary."""
+    def __init__(self, decoder: Decoder, *, prefixes: int = 8, min_prefix: int = 32) -> None:
+        """Decode with `decoder`'s model and vocabulary. The KV cache of the last `prefixes` prompts of at
+        least `min_prefix` tokens is kept: a joining prompt that starts with `min_prefix` or more of the same
+        tokens (the same system message and tools) takes those positions from it instead of a forward pass."""
         self.decoder = decoder
         self.rows: list[BatchRow] = []
         self.joining: list[BatchRow] = []
+        self.max_prefixes = prefixes
+        self.min_prefix = min_prefix
+        self._prefixes: OrderedDict[tuple[int, ...], PromptPrefix] = OrderedDict()
         self._cache: SlotCache | None = None
         self._attention: torch.Tensor | None = None
         self._bitmask = np.empty((0, (decoder.vocab.size + 31) // 32), dtype=np.int32)
@@ -426,7 +440,7 @@ class ContinuousBatch:
             parts.append(logits)
             order.extend(self.rows)
         if joining:
-            logits, attention, cache = self.decoder._forward([r.pending for r in joining], None, GrowingCache())
+            logits, attention, cache = self._prefill(joining)
             self._join(joining, attention, cache)
             parts.append(logits)
             order.extend(joining)
@@ -517,6 +531,82 @@ class ContinuousBatch:
                 layer.drop_left(first)
             attention = attention[:, first:]
         self._attention = attention
+
+    def _prefill(self, rows: list[BatchRow]) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """Run joining rows' prompts (and forced tokens), each starting from its longest kept prompt prefix."""
+        self._share_within(rows)
+        reuse = [self._longest_prefix(row.prompt) for row in rows]
+        longest = max(n for _, n in reuse)
+        attention: torch.Tensor | None = None
+        cache = GrowingCache()
+        if longest:
+            attention = torch.zeros((len(rows), longest), dtype=torch.long)
+            template = next(p for p, n in reuse if n == longest)
+            assert template is not None
+            layers = []
+            for i, pair in enumerate(template.layers):
+                keys_values = []
+                for which, like in enumerate(pair):  # keys, then values
+                    keys_values.append(torch.cat([
+                        like.new_zeros((1, like.shape[1], longest, like.shape[-1])) if prefix is None
+                        else F.pad(prefix.layers[i][which][:, :, :n], (0, 0, longest - n, 0))
+                        for prefix, n in reuse
+                    ]))
+                layers.append((keys_values[0], keys_values[1]))
+            cache = GrowingCache(layers)
+            for j, (row, (_, n)) in enumerate(zip(rows, reuse, strict=True)):
+                row.pending = row.pending[n:]
+                row.gen.prefix_tokens = n
+                if n:
+                    attention[j, longest - n :] = 1
+        logits, attention, cache = self.decoder._forward([r.pending for r in rows], attention, cache)
+        self._remember(rows, attention, cache)
+        return logits, attention, cache
+
+    def _share_within(self, rows: list[BatchRow]) -> None:
+        """Joining prompts that start alike (requests arriving together with the same system message): their
+        longest common start, if longer than any kept prefix, is run once and kept before they join."""
+        if not self.max_prefixes or len(rows) < 2:
+            return
+        for row in rows:
+            prompt = row.prompt
+            common = max(_common(prompt, other.prompt) for other in rows if other is not row)
+            if common >= self.min_prefix and common > self._longest_prefix(prompt)[1]:
+                prefix = PromptPrefix.build(self.decoder.model, prompt[:common])
+                self._prefixes[prefix.tokens] = prefix
+                while len(self._prefixes) > self.max_prefixes:
+                    self._prefixes.popitem(last=False)
+
+    def _longest_prefix(self, prompt: list[int]) -> tuple[PromptPrefix | None, int]:
+        """The kept prefix sharing the most leading tokens with `prompt` (at least `min_prefix`), and how many."""
+        best: tuple[PromptPrefix | None, int] = (None, 0)
+        for prefix in self._prefixes.values():
+            n = prefix.shared([prompt])
+            if n >= self.min_prefix and n > best[1]:
+                best = (prefix, n)
+        if best[0] is not None:
+            self._prefixes.move_to_end(best[0].tokens)
+        return best
+
+    def _remember(self, rows: list[BatchRow], attention: torch.Tensor, cache: Any) -> None:
+        """Keep the KV cache of each long enough prompt just run (the last `max_prefixes`)."""
+        if not self.max_prefixes:
+            return
+        for j, row in enumerate(rows):
+            key = tuple(row.prompt)
+            if len(key) < self.min_prefix:
+                continue
+            if key in self._prefixes:
+                self._prefixes.move_to_end(key)
+                continue
+            columns = attention[j].nonzero().squeeze(1)[: len(key)].to(self.decoder.device)
+            layers = tuple(
+                (layer.keys[j : j + 1].index_select(2, columns), layer.values[j : j + 1].index_select(2, columns))
+                for layer in cache.layers
+            )
+            self._prefixes[key] = PromptPrefix(key, layers)
+            while len(self._prefixes) > self.max_prefixes:
+                self._prefixes.popitem(last=False)
 
     def _join(self, rows: list[BatchRow], attention: torch.Tensor, cache: GrowingCache) -> None:
         """Slot newly prefilled rows into the batch: the shorter side is left-padded to the other's length."""

@@ -44,6 +44,7 @@ class ServeConfig:
     default_max_tokens: int = 512
     compile_timeout: float = 60.0
     max_body_bytes: int = 8 << 20
+    prefix_cache: int = 8
 
 
 class BodyLimit:
@@ -87,7 +88,10 @@ def create_app(lm: LoadedModel, config: ServeConfig | None = None) -> FastAPI:
     template = ChatTemplate.probe(lm)
     context = int(getattr(lm.model.config, "max_position_embeddings", 0) or 1 << 30)
     max_len = min(context, cfg.max_model_len or context)
-    engine = Engine(Decoder(lm.model, lm.vocab), max_batch=cfg.max_batch, max_waiting=cfg.max_waiting)
+    engine = Engine(
+        Decoder(lm.model, lm.vocab), max_batch=cfg.max_batch, max_waiting=cfg.max_waiting,
+        prefix_cache=cfg.prefix_cache,
+    )
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

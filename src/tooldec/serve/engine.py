@@ -48,10 +48,14 @@ class Job:
 class Engine:
     """Continuous batching over one model for many concurrent requests."""
 
-    def __init__(self, decoder: Decoder, *, max_batch: int = 8, max_waiting: int = 256) -> None:
-        """`max_batch` rows decode together; beyond `max_waiting` queued requests, new ones get a 429."""
+    def __init__(
+        self, decoder: Decoder, *, max_batch: int = 8, max_waiting: int = 256, prefix_cache: int = 8
+    ) -> None:
+        """`max_batch` rows decode together; beyond `max_waiting` queued requests, new ones get a 429; the KV
+        cache of the last `prefix_cache` prompts is kept for requests that start the same way."""
         self.decoder = decoder
-        self.batch = ContinuousBatch(decoder)
+        self.prefix_cache = prefix_cache
+        self.batch = self._new_batch()
         self.max_batch = max_batch
         self.max_waiting = max_waiting
         self.waiting: deque[Job] = deque()
@@ -60,6 +64,9 @@ class Engine:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="tooldec-step")
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+
+    def _new_batch(self) -> ContinuousBatch:
+        return ContinuousBatch(self.decoder, prefixes=self.prefix_cache)
 
     def start(self) -> None:
         """Start the engine task on the running event loop."""
@@ -130,7 +137,7 @@ class Engine:
                 for job in list(self.running.values()):
                     self._end(job, "error", f"decoding failed: {type(exc).__name__}: {exc}")
                 self.running.clear()
-                self.batch = ContinuousBatch(self.decoder)
+                self.batch = self._new_batch()
 
     def _admit(self) -> None:
         """Drop rows whose clients left; let waiting requests join while there is room."""
