@@ -83,12 +83,9 @@ class JsonCall:
         """The call written in `text`; raises CallParseError."""
         try:
             obj = json.loads(text)
-            name, arguments = obj[self.name_key], obj[self.arguments_key]
+            return ParsedCall(obj[self.name_key], obj[self.arguments_key])
         except (ValueError, KeyError, TypeError) as exc:
             raise CallParseError(f"not a JSON call: {text!r}") from exc
-        if not isinstance(name, str) or not isinstance(arguments, dict):
-            raise CallParseError(f"a JSON call needs a string name and an object of arguments: {text!r}")
-        return ParsedCall(name, arguments)
 
     def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
         """The canonical text of a call (what the grammar generates for these arguments)."""
