@@ -431,3 +431,58 @@ def test_multiples_module_spells_exact_decimals() -> None:
         assert dfa.accepts(text.encode()), text
     for text in ["0.2", "-0", "1.125", "1e3", "00.25"]:
         assert not dfa.accepts(text.encode()), text
+
+
+# -- number bounds and string lengths ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lo", "lo_incl", "hi", "hi_incl"),
+    [("0.1", True, None, True), ("0.1", False, "2.25", True), ("-459.67", True, None, True), (None, True, "0.5", False),
+     ("-1.5", False, "-0.25", True), ("0", True, "0", True), ("1.5", True, "1.75", False)],
+)
+def test_decimal_bounds_are_exact(lo: str | None, lo_incl: bool, hi: str | None, hi_incl: bool) -> None:
+    """Plain decimals between decimal bounds, compared exactly (no binary rounding)."""
+    from tooldec.grammar.numbers import decimal_range
+
+    flo, fhi = (None if lo is None else Fraction(lo)), (None if hi is None else Fraction(hi))
+    dfa = compile_dfa(decimal_range(flo, lo_incl, fhi, hi_incl))
+    rng = random.Random(0)
+    texts = ["0", "-0", "0.1", "0.10", "0.09", "1.5", "2.25", "-459.67", "-459.671", "-459.669", "0.0", "12", "1.75"]
+    texts += [f"{rng.choice(['', '-'])}{rng.randint(0, 12)}.{rng.randint(0, 999):03d}" for _ in range(2000)]
+    for t in texts:
+        v = Fraction(t)
+        inside = (flo is None or (v >= flo if lo_incl else v > flo)) and (fhi is None or (v <= fhi if hi_incl else v < fhi))
+        assert dfa.accepts(t.encode()) == (inside and not t.startswith("-0")) or (t.startswith("-0") and v != 0 and dfa.accepts(t.encode()) == inside), t
+
+
+@SETTINGS
+@given(bound=st.sampled_from([0, 1, 5, 66, -66, 0.1, 0.5, -459.67, 2.25, 1e-5, 123456.789]),
+       kind=st.sampled_from(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]), seed=st.integers(0, 2**16))
+def test_bounded_numbers_compare_alike_in_exact_and_binary_arithmetic(bound: float, kind: str, seed: int) -> None:
+    """Whatever a walk writes next to a bound (long decimals, exponents) passes both jsonschema (binary floats)
+    and exact decimal comparison."""
+    schema = {"type": "number", kind: bound}
+    dfa = _dfa(schema)
+    rng = random.Random(seed)
+    b = Fraction(repr(bound)) if isinstance(bound, float) else Fraction(bound)
+    check = _validator(schema)
+    for _ in range(200):
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(0, 25)))
+        base = float(bound) + rng.choice([0, 1, -1]) * rng.choice([1e-16, 1e-14, 1e-3, 1]) * max(abs(float(bound)), 1)
+        text = rng.choice([repr(base), f"{base:.20f}", f"{base:.3e}", repr(base) + digits if "." in repr(base) and "e" not in repr(base) else repr(base)])
+        if dfa.accepts(text.encode()):
+            v = Fraction(text)
+            exact = {"minimum": v >= b, "maximum": v <= b, "exclusiveMinimum": v > b, "exclusiveMaximum": v < b}[kind]
+            assert exact and check.is_valid(json.loads(text)), text
+
+
+def test_huge_max_length_is_enforced_as_a_smaller_bound() -> None:
+    dfa = _dfa({"type": "string", "maxLength": 65535})
+    assert dfa.accepts(b'"' + b"a" * 1024 + b'"') and not dfa.accepts(b'"' + b"a" * 1025 + b'"')
+    # a bound the pattern already implies costs nothing and changes nothing
+    dfa = _dfa({"type": "string", "pattern": "^[a-z]{1,5}$", "maxLength": 65535})
+    assert dfa.accepts(b'"abc"') and not dfa.accepts(b'"abcdef"') and dfa.num_states < 20
+    with pytest.raises(UnsupportedSchemaError) as info:
+        _dfa({"type": "string", "minLength": 20000})
+    assert info.value.keyword == "minLength"

@@ -33,7 +33,15 @@ from tooldec.grammar.ir import (
     seq,
     star,
 )
-from tooldec.grammar.numbers import DIGIT, NONZERO, ZERO_FRACTION, integer_range, number_range
+from tooldec.grammar.numbers import (
+    DIGIT,
+    NONZERO,
+    ZERO_FRACTION,
+    decimal_range,
+    float_safe,
+    integer_range,
+    number_range,
+)
 
 MAX_ENUMERATED = 2_000
 MAX_SUFFIXES = 1_000
@@ -209,8 +217,6 @@ def multiples(
     if isinstance(m, float) or not integer:
         # exact binary values and quotients below 2^53 (see _float_test_exact)
         bound = math.floor(min(Fraction(2**53) / step.denominator, 2**53 * exact)) - 1
-    ilo = lo
-    ihi = hi
     ranges: list[Node] = []
     if bound is not None:
         ranges.append(integer_range(-bound, bound) if integer else number_range(-bound, True, bound, True))
@@ -220,10 +226,8 @@ def multiples(
             chi = None if hi is None else (math.floor(hi) if hi_incl else math.ceil(hi) - 1)
             ranges.append(integer_range(clo, chi))
         else:
-            for name, v in (("minimum", ilo), ("maximum", ihi)):
-                if v is not None and not float(v).is_integer():
-                    raise UnsupportedSchemaError(name, detail=f"non-integral bound {v!r} on a number")
-            ranges.append(
-                number_range(None if lo is None else int(lo), lo_incl, None if hi is None else int(hi), hi_incl)
-            )
+            exact_lo = None if lo is None else Fraction(repr(lo)) if isinstance(lo, float) else Fraction(lo)
+            exact_hi = None if hi is None else Fraction(repr(hi)) if isinstance(hi, float) else Fraction(hi)
+            bounds = [b for b in (exact_lo, exact_hi) if b is not None]
+            ranges.append(float_safe(decimal_range(exact_lo, lo_incl, exact_hi, hi_incl), bounds))
     return Intersect((node, *ranges)) if ranges else node

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from tooldec.grammar.ir import (
+    ALL_BYTES,
     EMPTY,
     NOTHING,
+    Bytes,
+    Difference,
     Intersect,
+    byte_mask,
     Node,
     Repeat,
     alt,
@@ -138,6 +143,148 @@ def number_range(lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool) -
 
 EXPONENT_NUMBER = seq(opt(lit("-")), UNSIGNED, opt(FRACTION), EXPONENT)
 """Every number spelled with an exponent."""
+
+_DIGIT_OR_POINT = alt(DIGIT, lit("."))
+SAFE_NUMBER = seq(
+    opt(lit("-")),
+    Intersect((
+        seq(UNSIGNED, opt(FRACTION)),
+        # at most 15 significant digits: from the first non-zero digit, 15 digits (and maybe the point), then zeros
+        seq(
+            star(one_of_bytes("0.")),
+            opt(alt(seq(NONZERO, Repeat(DIGIT, 0, 14)),
+                    *(seq(NONZERO, Repeat(DIGIT, i, i), lit("."), Repeat(DIGIT, 0, 14 - i)) for i in range(15)))),
+            star(one_of_bytes("0.")),
+        ),
+        Repeat(_DIGIT_OR_POINT, 1, 40),
+    )),
+    opt(seq(one_of_bytes("eE"), opt(one_of_bytes("+-")), Repeat(DIGIT, 1, 2))),
+)
+"""Numbers of at most 15 significant digits, far from overflow and underflow: distinct such decimals are distinct
+binary floats in the same order, so a bound compares the same in exact and in floating-point arithmetic."""
+
+_SHORT_PLAIN = Repeat(one_of_bytes("0123456789.-"), 1, 300)
+
+
+def _equal_plain(value: Fraction) -> Node:
+    """The plain decimal spellings of exactly `value` (`1.5`, `1.50`, `2`, `2.0`, `-0` for zero)."""
+    if value == 0:
+        return seq(opt(lit("-")), lit("0"), ZERO_FRACTION)
+    text = _canonical(abs(value))
+    tail = star(lit("0")) if "." in text else ZERO_FRACTION
+    return seq(lit("-") if value < 0 else EMPTY, lit(text), tail)
+
+
+def float_safe(node: Node, bounds: list[Fraction]) -> Node:
+    """The numbers of `node` that compare with each bound alike in exact and in binary floating-point arithmetic.
+
+    A plain decimal is kept unless it lies within float rounding of a bound without being equal to it (or is
+    absurdly long); an exponent spelling only with at most 15 significant digits and a 2-digit exponent."""
+    plain = Intersect((node, _SHORT_PLAIN))
+    for b in bounds:
+        # Python compares float(x) with float(b): they can disagree with x vs b only within an ulp of either
+        # (a representable bound: only values rounding onto it, within half an ulp, ties included)
+        if b == 0:
+            continue  # plain decimals of at most 300 characters are either 0 or normal floats
+        if abs(b) >= Fraction(1, 10**20):
+            binary = Fraction(float(b))
+            ulp = Fraction(math.ulp(float(b))) / (2 if binary == b else 1)
+            zone = decimal_range(min(b, binary) - ulp, True, max(b, binary) + ulp, True)
+        else:  # the exact ulps have hundreds of digits: three units of the 15th significant digit instead
+            unit = Fraction(10) ** (math.floor(math.log10(abs(b))) - 14)
+            zone = decimal_range(b - 3 * unit, True, b + 3 * unit, True)
+        plain = Difference(plain, Difference(zone, _equal_plain(b)))
+    with_exponent = seq(star(Bytes(ALL_BYTES & ~byte_mask(b"eE"))), one_of_bytes("eE"), star(Bytes(ALL_BYTES)))
+    exponent = [Intersect((node, SAFE_NUMBER, with_exponent))]
+    if all(abs(b) < 10**15 and (b == 0 or abs(b) >= Fraction(1, 1000)) for b in bounds):
+        # the exponent spellings Python and JavaScript print (from 1e16, below 1e-4) are then far from every bound
+        # large ones may overflow to infinity, which still compares alike; small ones stop short of underflow
+        # to zero (1e-323 is still a subnormal float)
+        far = seq(opt(lit("-")), MANTISSA, one_of_bytes("eE"), alt(
+            seq(opt(lit("+")), star(lit("0")), alt(seq(lit("1"), byte_range(0x36, 0x39)), seq(byte_range(0x32, 0x39), DIGIT),
+                                                    seq(NONZERO, DIGIT, Repeat(DIGIT, 1, None)))),
+            seq(lit("-"), star(lit("0")), alt(byte_range(0x35, 0x39), seq(NONZERO, DIGIT), seq(one_of_bytes("12"), DIGIT, DIGIT),
+                                              seq(lit("3"), one_of_bytes("01"), DIGIT), seq(lit("32"), byte_range(0x30, 0x33)))),
+        ))
+        exponent.append(Intersect((node, far)))
+    return alt(plain, *exponent)
+
+
+_Digits = tuple[bool, Node]  # (whether the empty fraction is in, the non-empty fraction digit strings)
+
+
+def _digits(lo: int, hi: int) -> Node:
+    return byte_range(0x30 + lo, 0x30 + hi) if lo <= hi else NOTHING
+
+
+def _tail(lang: _Digits) -> Node:
+    return alt(EMPTY, lang[1]) if lang[0] else lang[1]
+
+
+def _fraction_cmp(f: str, op: str) -> _Digits:
+    """Fraction digit strings D (D empty = no fraction) with 0.D `op` 0.f, trailing zeros implied."""
+    if not f.strip("0"):
+        return {
+            "ge": (True, Repeat(DIGIT, 1, None)),
+            "gt": (False, seq(star(lit("0")), NONZERO, star(DIGIT))),
+            "le": (True, Repeat(lit("0"), 1, None)),
+            "lt": (False, NOTHING),
+        }[op]
+    d = int(f[0])
+    rest = _tail(_fraction_cmp(f[1:], op))
+    if op in ("ge", "gt"):
+        return False, alt(seq(_digits(d + 1, 9), star(DIGIT)), seq(lit(f[0]), rest))
+    return True, alt(seq(_digits(0, d - 1), star(DIGIT)), seq(lit(f[0]), rest))
+
+
+def _fraction(lang: _Digits) -> Node:
+    return alt(*([EMPTY] if lang[0] else []), seq(lit("."), lang[1]))
+
+
+def _split(value: Fraction) -> tuple[int, str]:
+    """(integer part, fraction digits) of a terminating decimal >= 0."""
+    whole = value.numerator // value.denominator
+    rest, digits = value - whole, ""
+    while rest:
+        rest *= 10
+        digit = rest.numerator // rest.denominator
+        digits += str(digit)
+        rest -= digit
+    return whole, digits
+
+
+def _decimal_magnitude(lo: Fraction, lo_incl: bool, hi: Fraction | None, hi_incl: bool) -> Node:
+    """Unsigned `I` / `I.D` with lo <(=) value <(=) hi, for decimal bounds 0 <= lo (< hi)."""
+    ia, fa = _split(lo)
+    low = _fraction_cmp(fa, "ge" if lo_incl else "gt")
+    if hi is None:
+        return alt(seq(natural_range(ia + 1, None), opt(FRACTION)), seq(natural_range(ia, ia), _fraction(low)))
+    ib, fb = _split(hi)
+    high = _fraction_cmp(fb, "le" if hi_incl else "lt")
+    if ia == ib:
+        both = (low[0] and high[0], Intersect((low[1], high[1])))
+        return seq(natural_range(ia, ia), _fraction(both))
+    parts = [seq(natural_range(ia, ia), _fraction(low)), seq(natural_range(ib, ib), _fraction(high))]
+    if ib - ia > 1:
+        parts.append(seq(natural_range(ia + 1, ib - 1), opt(FRACTION)))
+    return alt(*parts)
+
+
+def decimal_range(lo: Fraction | None, lo_incl: bool, hi: Fraction | None, hi_incl: bool) -> Node:
+    """Plain decimals (no exponent) between terminating decimal bounds, each exactly as written."""
+    if lo is not None and hi is not None and (lo > hi or (lo == hi and not (lo_incl and hi_incl))):
+        return NOTHING
+    parts: list[Node] = []
+    if hi is None or hi > 0 or (hi == 0 and hi_incl):
+        pos_lo, pos_incl = (Fraction(0), True) if lo is None or lo < 0 else (lo, lo_incl)
+        parts.append(_decimal_magnitude(pos_lo, pos_incl, hi, hi_incl))
+    if lo is None or lo < 0:
+        # x = -m, m > 0: x >= lo <=> m <= -lo; x <= hi <=> m >= -hi
+        m_lo, m_incl = (Fraction(0), False) if hi is None or hi >= 0 else (-hi, hi_incl)
+        m_hi = None if lo is None else -lo
+        if m_hi is None or m_lo < m_hi or (m_lo == m_hi and m_incl and lo_incl):
+            parts.append(seq(lit("-"), _decimal_magnitude(m_lo, m_incl, m_hi, lo_incl)))
+    return alt(*parts)
 
 
 def integral_spellings(lo: int | None, hi: int | None) -> Node:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from typing import Any
 
 import jsonschema
@@ -19,12 +20,14 @@ from tooldec.errors import SchemaError, UnsupportedSchemaError
 from tooldec.grammar.ir import (
     EMPTY,
     NOTHING,
+    Alt,
     Bytes,
     Difference,
     Fields,
     Intersect,
     Node,
     Repeat,
+    Seq,
     alt,
     lit,
     seq,
@@ -32,6 +35,8 @@ from tooldec.grammar.ir import (
 from tooldec.grammar.multiples import multiples
 from tooldec.grammar.numbers import (
     EXPONENT_NUMBER,
+    decimal_range,
+    float_safe,
     any_number,
     integer_range,
     integral_spellings,
@@ -41,7 +46,13 @@ from tooldec.grammar.numbers import (
 from tooldec.grammar.refs import resolve_pointer
 from tooldec.grammar.counting import container_count, keyed_count, member_text
 from tooldec.grammar.regex import format_ir, pattern_ir, pattern_upper_ir
-from tooldec.grammar.strings import canonical_text, codepoints_ir, complement_ranges, string_content
+from tooldec.grammar.strings import (
+    MAX_STRING_LENGTH,
+    canonical_text,
+    codepoints_ir,
+    complement_ranges,
+    string_content,
+)
 from tooldec.grammar.syntax import JSON, ValueSyntax
 
 DEFAULT_REF_DEPTH = 3
@@ -50,7 +61,8 @@ MAX_KEY_REGIONS = 64  # patternProperties: key regions (sets of patterns matchin
 MAX_DEPENDENCIES = 8  # dependencies split an object into up to 2**8 cases
 MAX_TRACKED_KEYS = 6  # on a difference's right side, objects in any key order track this many required keys
 MAX_CONTAINS = 32  # minContains + maxContains at most (each counted match copies the item machine)
-UNROLL_LIMIT = 20_000  # a bounded array whose unrolled items would be bigger counts its items by a product
+UNROLL_LIMIT = 20_000
+LONG_STRING_CAP = 1_024  # a maxLength above MAX_STRING_LENGTH is enforced as this (a subset)  # a bounded array whose unrolled items would be bigger counts its items by a product
 
 ANNOTATIONS = frozenset(
     {
@@ -524,12 +536,12 @@ class SchemaCompiler:
             return self._multiples(m, False, lo, lo_incl, hi, hi_incl, path)
         if lo is None and hi is None:
             return any_number()
-        for name, v in (("minimum", lo), ("maximum", hi)):
-            if v is not None and not float(v).is_integer():
-                raise self._unsupported(name, _ptr(path, name), f"non-integral bound {v!r} on a number")
-        return number_range(
-            None if lo is None else int(lo), lo_incl, None if hi is None else int(hi), hi_incl
-        )
+        if all(v is None or float(v).is_integer() for v in (lo, hi)):
+            bounded = number_range(None if lo is None else int(lo), lo_incl, None if hi is None else int(hi), hi_incl)
+        else:
+            bounded = decimal_range(_exact(lo), lo_incl, _exact(hi), hi_incl)
+        # a value within float rounding of a bound compares differently in exact and binary arithmetic
+        return float_safe(bounded, [b for b in (_exact(lo), _exact(hi)) if b is not None])
 
     def _string(self, schema: dict, path: str) -> Node:
         parts: list[Node] = []
@@ -545,8 +557,21 @@ class SchemaCompiler:
                 raise self._bad("pattern must be a string", _ptr(path, "pattern"))
             bound = pattern_upper_ir if self._negative else pattern_ir
             parts.append(bound(pat, path=_ptr(path, "pattern")))
-        lo = schema.get("minLength", 0)
-        hi = schema.get("maxLength")
+        lo = self._count(schema, "minLength", path) or 0
+        hi = self._count(schema, "maxLength", path)
+        if parts:
+            # a bound the pattern or format already implies needs no counting (a character is 1 to 6 bytes)
+            most, least = min(_max_bytes(p) for p in parts), max(_min_bytes(p) for p in parts)
+            if hi is not None and most <= hi:
+                hi = None
+            if lo and -(-least // 6) >= lo:
+                lo = 0
+        if hi is not None and hi > MAX_STRING_LENGTH:
+            # every character below the bound is a state of its own: a huge bound is enforced as a smaller
+            # one (a subset), or not at all on a difference's right side (a superset)
+            hi = None if self._negative else max(LONG_STRING_CAP, lo)
+        if self._negative and lo > MAX_STRING_LENGTH:
+            lo = MAX_STRING_LENGTH
         if lo or hi is not None or not parts:
             try:
                 parts.append(string_content(min_length=lo, max_length=hi, python=self.syntax.python))
@@ -938,6 +963,13 @@ class _Automaton:
         return not self.is_empty and bool(self.dfa.accepts(data))
 
 
+def _exact(v: int | float | None) -> Fraction | None:
+    """A bound as the exact decimal it is written as (`0.1` is 1/10, not the nearest binary float)."""
+    if v is None:
+        return None
+    return Fraction(repr(v)) if isinstance(v, float) else Fraction(v)
+
+
 def _json_depth(v: Any) -> int:
     """How many containers deep a JSON value nests."""
     if isinstance(v, list):
@@ -983,6 +1015,58 @@ def _ir_size(node: Node, memo: dict[int, int] | None = None) -> int:
             size = _ir_size(node.left, memo) + _ir_size(node.right, memo)
         else:
             size = 1 + sum(_ir_size(n, memo) for n in node.items)
+        memo[key] = size
+    return memo[key]
+
+
+def _max_bytes(node: Node, memo: dict[int, float] | None = None) -> float:
+    """The longest byte string a node matches (inf when unbounded, -inf when it matches nothing)."""
+    memo = {} if memo is None else memo
+    key = id(node)
+    if key not in memo:
+        if isinstance(node, Bytes):
+            size: float = 1 if node.mask else -math.inf
+        elif isinstance(node, Seq):
+            size = sum(_max_bytes(n, memo) for n in node.items)
+        elif isinstance(node, Alt):
+            size = max((_max_bytes(n, memo) for n in node.items), default=-math.inf)
+        elif isinstance(node, Repeat):
+            item = _max_bytes(node.item, memo)
+            sep = _max_bytes(node.sep, memo) if node.sep is not None else 0
+            if node.max is None:
+                size = math.inf if item > 0 else (0 if node.min == 0 or item == 0 else -math.inf)
+            else:
+                size = node.max * item + max(node.max - 1, 0) * sep if item >= 0 else (0 if node.min == 0 else -math.inf)
+        elif isinstance(node, Fields):
+            size = sum(max(_max_bytes(n, memo), 0) for n, _ in node.items) + len(node.items) * _max_bytes(node.sep, memo)
+        elif isinstance(node, Intersect):
+            size = min(_max_bytes(n, memo) for n in node.items)
+        else:
+            size = _max_bytes(node.left, memo)
+        memo[key] = size
+    return memo[key]
+
+
+def _min_bytes(node: Node, memo: dict[int, float] | None = None) -> float:
+    """The shortest byte string a node matches (inf when it matches nothing)."""
+    memo = {} if memo is None else memo
+    key = id(node)
+    if key not in memo:
+        if isinstance(node, Bytes):
+            size: float = 1 if node.mask else math.inf
+        elif isinstance(node, Seq):
+            size = sum(_min_bytes(n, memo) for n in node.items)
+        elif isinstance(node, Alt):
+            size = min((_min_bytes(n, memo) for n in node.items), default=math.inf)
+        elif isinstance(node, Repeat):
+            sep = _min_bytes(node.sep, memo) if node.sep is not None and node.min > 1 else 0
+            size = node.min * _min_bytes(node.item, memo) + max(node.min - 1, 0) * sep if node.min else 0
+        elif isinstance(node, Fields):
+            size = sum(_min_bytes(n, memo) for n, r in node.items if r)
+        elif isinstance(node, Intersect):
+            size = max(_min_bytes(n, memo) for n in node.items)
+        else:
+            size = _min_bytes(node.left, memo)
         memo[key] = size
     return memo[key]
 
