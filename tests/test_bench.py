@@ -1,20 +1,42 @@
-"""The benchmark harness on a small trained tokenizer: workloads, forced calls, check, figures, report, CLI."""
+"""The benchmark harness on a small trained tokenizer: workloads, forced calls, check, figures, batch figures,
+report, CLI."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from jsonschema import validate
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
 from tooldec.bench import report
+from tooldec.bench.batch import (
+    BatchCheckFailed,
+    LogitsSource,
+    Rows,
+    Track,
+    check_batch,
+    check_steps,
+    run_batch,
+    starts,
+    tracks,
+    unpacked,
+)
 from tooldec.bench.calls import forced_calls, unknown_call_text
 from tooldec.bench.engines import ENGINES, Engine
-from tooldec.bench.engines.tooldec_engine import TooldecEngine, TooldecSession
-from tooldec.bench.runner import CellResult, CheckFailed, check_engine, prepare_calls, run, run_cell
+from tooldec.bench.engines.tooldec_engine import TooldecBatch, TooldecEngine, TooldecSession
+from tooldec.bench.runner import (
+    BatchSettings,
+    CellResult,
+    CheckFailed,
+    check_engine,
+    prepare_calls,
+    run,
+    run_cell,
+)
 from tooldec.bench.schema import call_schema, closed
 from tooldec.bench.workloads import bfcl_cases, kamel_tools, load_workload, rich_tools, synthetic_tools
 from tooldec.specs import ToolSet
@@ -147,13 +169,34 @@ def test_cli_bench_json_last_line(tok_dir: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(ENGINES["xgrammar"], "missing", classmethod(lambda cls: "not here"))
     shared = tok_dir.parent.parent
     args = ["bench", "--engines", "tooldec,xgrammar", "--workloads", "rich", "--tokenizers", "tiny",
-            "--repeats", "1", "--json", "--shared", str(shared), "--out", str(shared / "out")]
+            "--repeats", "1", "--json", "--shared", str(shared), "--out", str(shared / "out"),
+            "--batch-sizes", "1,3", "--batch-steps", "4", "--note", "load test"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout.strip().splitlines()[-1])
     assert [(r["engine"], r["status"]) for r in rows] == [("tooldec", "ok"), ("xgrammar", "skipped")]
     assert KEYS <= set(rows[0])
+    assert [(e["batch_size"], e["status"]) for e in rows[0]["batch"]] == [(1, "ok"), (3, "ok")]
+    assert [e["status"] for e in rows[1]["batch"]] == ["skipped", "skipped"]
     assert (shared / "out" / "bench.json").is_file() and (shared / "out" / "bench.md").is_file()
+    doc = json.loads((shared / "out" / "bench.json").read_text())
+    assert doc["settings"]["batch_sizes"] == [1, 3] and doc["settings"]["note"] == "load test"
+    assert "## Batch" in (shared / "out" / "bench.md").read_text()
+
+
+def test_cli_bench_without_batch_and_with_a_stem(tok_dir: Path) -> None:
+    from tooldec.cli import app
+
+    shared = tok_dir.parent.parent
+    args = ["bench", "--engines", "tooldec", "--workloads", "rich", "--tokenizers", "tiny", "--repeats", "1",
+            "--shared", str(shared), "--out", str(shared / "out2"), "--stem", "tiny", "--batch-sizes", ""]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads((shared / "out2" / "tiny.json").read_text())
+    assert doc["results"][0]["batch"] == [] and "batch_methods" not in doc
+    assert "## Batch" not in (shared / "out2" / "tiny.md").read_text()
+    bad = CliRunner().invoke(app, [*args[:-2], "--batch-sizes", "0"])
+    assert bad.exit_code != 0
 
 
 def test_ratios_are_peer_over_tooldec_and_skip_noise() -> None:
@@ -161,3 +204,144 @@ def test_ratios_are_peer_over_tooldec_and_skip_noise() -> None:
     rows = report.add_ratios([base | {"engine": "tooldec"}, base | {"engine": "peer", "compile_ms": 25.0}])
     assert rows[1]["compile_ratio"] == 2.5
     assert rows[1]["rss_ratio"] is None
+
+
+# --- batch measurement -------------------------------------------------------------------------------------------
+
+
+def test_rows_start_spread_over_the_stream() -> None:
+    stream = [Track(0, "a", (1, 2, 3)), Track(0, "a", (4, 5)), Track(1, "b", (6, 7, 8, 9, 10))]
+    assert starts(stream, 1) == [(0, 0)]
+    assert starts(stream, 4) == [(0, 0), (0, 2), (2, 0), (2, 2)]  # stream positions 0, 2, 5, 7 of 10
+    assert len(set(starts(stream, 10))) == 10  # every position once
+    assert check_steps(stream, 1, 200) == 11 and check_steps(stream, 4, 200) == 4 and check_steps(stream, 1, 5) == 5
+
+
+def test_unpacked_reads_bit_t_of_word_t_over_32() -> None:
+    mask = np.zeros((2, 2), dtype=np.int32)
+    mask[0, 0], mask[1, 1] = 1 << 3, np.int32(-(2**31))  # token 3; token 63 (the sign bit of word 1)
+    bits = unpacked(mask, 64)
+    assert bits.shape == (2, 64)
+    assert np.flatnonzero(bits[0]).tolist() == [3] and np.flatnonzero(bits[1]).tolist() == [63]
+
+
+def test_rows_walk_the_calls_and_restart_after_eos(tok_dir: Path, vocab: Vocabulary) -> None:
+    eos = min(vocab.eos_ids)
+    items = prepare_calls(load_workload("funcqa", tok_dir), vocab, eos)
+    engine = TooldecEngine(tok_dir, vocab, eos)
+    driver = engine.batch(1)
+    compiled = [engine.compile(item.case.tools) for item in items]
+    stream = tracks(items)
+    rows = Rows(driver, compiled, stream, 3)
+    seen: list[list[int]] = [[], [], []]
+    total = sum(len(t.tokens) for t in stream)
+    for _ in range(total + 2):
+        tokens = rows.tokens()
+        assert all(driver.advance(rows.objs, tokens))
+        for i, t in enumerate(tokens):
+            seen[i].append(t)
+        rows.moved()
+    flat = [t for track in stream for t in track.tokens]
+    start = starts(stream, 3)[1]
+    offset = sum(len(t.tokens) for t in stream[: start[0]]) + start[1]
+    assert seen[1][: total - offset] == flat[offset:]  # row 1 walks the stream from its start position
+    assert seen[1][total - offset : total] == flat[:offset]  # and wraps round to the first call afresh
+    assert seen[0][:total] == flat
+
+
+def test_tooldec_batch_figures_agree_and_report(tok_dir: Path) -> None:
+    workloads = [load_workload("rich", tok_dir), load_workload("funcqa", tok_dir)]
+    batch = BatchSettings((1, 4, 9), steps=12)
+    results = run(["tooldec"], workloads, {"tiny": tok_dir}, repeats=1, batch=batch)
+    for r in results:
+        assert [e["batch_size"] for e in r.batch] == [1, 4, 9]
+        for e in r.batch:
+            assert e["status"] == "ok", e
+            assert e["steps"] == 12 and e["check_steps"] >= 1 and e["threads"] == 1
+            assert 0 < e["fill_us_median"] <= e["step_us_median"] or e["fill_us_median"] <= e["step_us_p99"]
+            assert e["advance_us_median"] > 0
+    doc = report.document(results, {"repeats": 1, "batch_steps": 12, "batch_threads": 1})
+    row = doc["results"][0]
+    assert row["batch"][1]["step_median_ratio"] == 1.0
+    assert set(doc["batch_methods"]) == {"tooldec"}
+    md = report.markdown(doc)
+    assert "## Batch" in md and "| rich | tiny | tooldec | 9 |" in md
+
+
+def test_batch_ratios_are_peer_over_tooldec_at_the_same_batch_size() -> None:
+    base = {"workload": "w", "tokenizer": "t", "status": "ok"}
+    ours = base | {"engine": "tooldec", "batch": [{"batch_size": 1, "status": "ok", "step_us_median": 10.0},
+                                                   {"batch_size": 8, "status": "ok", "step_us_median": 40.0}]}
+    peer = base | {"engine": "peer", "batch": [{"batch_size": 8, "status": "ok", "step_us_median": 100.0},
+                                               {"batch_size": 32, "status": "ok", "step_us_median": 1.0}]}
+    rows = report.add_ratios([ours, peer])
+    assert rows[1]["batch"][0]["step_median_ratio"] == 2.5
+    assert rows[1]["batch"][1]["step_median_ratio"] is None
+
+
+class _WideFill(TooldecBatch):
+    """A batch path that allows every token (its masks differ from the single-row ones)."""
+
+    def fill(self, rows: list, bitmask: np.ndarray) -> None:
+        bitmask.fill(-1)
+
+
+class _NoApply(TooldecBatch):
+    """A batch path whose apply does nothing."""
+
+    def apply(self, logits: object, bitmask: np.ndarray) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("driver", "message"), [(_WideFill, "differs from the single-row mask"),
+                                                 (_NoApply, "the apply left")])
+def test_a_batch_path_that_disagrees_fails_the_check(
+    driver: type[TooldecBatch], message: str, tok_dir: Path, vocab: Vocabulary
+) -> None:
+    eos = min(vocab.eos_ids)
+    items = prepare_calls(load_workload("rich", tok_dir), vocab, eos)
+    engine = TooldecEngine(tok_dir, vocab, eos)
+    compiled = [engine.compile(item.case.tools) for item in items]
+    with pytest.raises(BatchCheckFailed, match=message):
+        check_batch(engine, driver(vocab.size, 1), compiled, tracks(items), 4, 10, LogitsSource())
+
+    class Engine2(TooldecEngine):
+        def batch(self, threads: int) -> TooldecBatch:
+            return driver(self.vocab.size, threads)
+
+    entries = run_batch(Engine2(tok_dir, vocab, eos), items, (2,), 5, 1, LogitsSource())
+    assert entries[0]["status"] == "failed" and message in entries[0]["reason"]
+    assert "step_us_median" not in entries[0]
+
+
+def test_a_cell_that_fails_its_check_gets_failed_batch_entries(tok_dir: Path, vocab: Vocabulary) -> None:
+    eos = min(vocab.eos_ids)
+    items = prepare_calls(load_workload("rich", tok_dir), vocab, eos)
+    result = run_cell(_Broken(tok_dir, vocab, eos), items, CellResult("broken", "rich", "tiny"), repeats=1,
+                      batch=BatchSettings((1, 2), steps=3))
+    assert [(e["batch_size"], e["status"]) for e in result.batch] == [(1, "failed"), (2, "failed")]
+
+
+@pytest.fixture
+def eager_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The peers' torch.compile'd apply kernels run eagerly (same function; compiling takes ~10 s per shape)."""
+    pytest.importorskip("torch")
+    import torch._dynamo
+
+    monkeypatch.setattr(torch._dynamo.config, "disable", True)
+
+
+@pytest.mark.usefixtures("eager_torch")
+@pytest.mark.parametrize("name", ["xgrammar", "llguidance", "outlines-core"])
+def test_peer_batch_paths_agree_with_their_single_rows(name: str, tok_dir: Path, vocab: Vocabulary) -> None:
+    cls: type[Engine] = ENGINES[name]
+    if cls.missing():
+        pytest.skip(cls.missing())
+    eos = min(vocab.eos_ids)
+    items = prepare_calls(load_workload("funcqa", tok_dir), vocab, eos)
+    result = run_cell(cls(tok_dir, vocab, eos), items, CellResult(name, "funcqa", "tiny"), repeats=1,
+                      batch=BatchSettings((1, 7), steps=10))
+    assert result.status == "ok", result.reason
+    for e in result.batch:
+        assert e["status"] == "ok", e
+        assert e["step_us_median"] is not None and e["fill_us_p99"] is not None

@@ -107,15 +107,22 @@ def bench(
     repeats: int = typer.Option(3, "--repeats", min=1, help="Timed rounds, each on a fresh compile."),
     bfcl_entries: int = typer.Option(20, "--bfcl-entries", min=0, help="BFCL entries sampled (0: all)."),
     as_json: bool = typer.Option(False, "--json", help="Last stdout line: the result rows as a JSON list."),
-    out: Path | None = typer.Option(None, "--out", help="Folder for bench.json and bench.md."),
+    out: Path | None = typer.Option(None, "--out", help="Folder for <stem>.json and <stem>.md."),
+    stem: str = typer.Option("bench", "--stem", help="File name of the results in --out (e.g. llama3)."),
     shared: Path | None = typer.Option(None, "--shared", help="Reference data (default $TOOLDEC_SHARED, ../shared)."),
+    batch_sizes: str = typer.Option(
+        "1,32,256", "--batch-sizes", help="Batch sizes of the fill + apply measurement (empty: none)."
+    ),
+    batch_steps: int = typer.Option(200, "--batch-steps", min=1, help="Timed steps per batch size."),
+    batch_threads: int = typer.Option(1, "--batch-threads", min=1, help="Threads per engine in the batch fill."),
+    note: str = typer.Option("", "--note", help="A line for the report (e.g. what else ran on the machine)."),
 ) -> None:
     """Time tooldec and the installed peers side by side on the same tool-call grammars."""
     import os
 
     from tooldec.bench import report
     from tooldec.bench.engines import ENGINES
-    from tooldec.bench.runner import run, units
+    from tooldec.bench.runner import BatchSettings, run, units
     from tooldec.bench.workloads import load_workload
 
     root = shared or Path(os.environ.get("TOOLDEC_SHARED", "../shared"))
@@ -132,15 +139,26 @@ def bench(
         _fail(str(exc))
     if missing := [str(d) for d in tok_dirs.values() if not (d / "tokenizer.json").is_file()]:
         _fail(f"no tokenizer.json in {', '.join(missing)}")
+    try:
+        sizes = tuple(int(b) for b in batch_sizes.split(",") if b.strip())
+    except ValueError:
+        _fail(f"--batch-sizes must be a comma list of integers, not {batch_sizes!r}")
+    if any(b < 1 for b in sizes):
+        _fail("batch sizes must be at least 1")
+    batch = BatchSettings(sizes, batch_steps, batch_threads)
+    load_start = report.load_average()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err) as bar:
-        task = bar.add_task("bench", total=units(loads, repeats) * len(names) * len(tok_dirs))
-        results = run(names, loads, tok_dirs, repeats, lambda d, n: bar.update(task, advance=n, description=d))
+        task = bar.add_task("bench", total=units(loads, repeats, sizes) * len(names) * len(tok_dirs))
+        results = run(names, loads, tok_dirs, repeats, lambda d, n: bar.update(task, advance=n, description=d),
+                      batch)
     settings = {"engines": names, "workloads": [w.name for w in loads], "tokenizers": list(tok_dirs),
-                "repeats": repeats, "bfcl_entries": bfcl_entries}
+                "repeats": repeats, "bfcl_entries": bfcl_entries, "batch_sizes": list(sizes),
+                "batch_steps": batch_steps, "batch_threads": batch_threads, "load_average_start": load_start,
+                "note": note}
     doc = report.document(results, settings)
     if out is not None:
-        for path in report.write(doc, out):
+        for path in report.write(doc, out, stem):
             err.print(f"wrote {path}")
     if as_json:
         print(json.dumps(doc["results"]))

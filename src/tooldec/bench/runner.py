@@ -4,7 +4,8 @@ Per (engine, workload, tokenizer) cell: one-time tokenizer preparation; a check 
 token of each forced call allowed by the mask and accepted, then EOS; a call of an unknown tool refused);
 then `repeats` timed rounds, each compiling every case afresh (cache off) and forcing one call token by token.
 A step is `fill_mask` + `advance`; the first mask of a round is reported apart, the steps after it are
-pooled over rounds and cases for the median and p99.
+pooled over rounds and cases for the median and p99. Then, with batch sizes given, the batch measurement
+(`tooldec.bench.batch`: fill + apply of B rows per step through each engine's batch API).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tooldec.bench.batch import DEFAULT_BATCH_STEPS, LogitsSource, run_batch
 from tooldec.bench.calls import forced_calls, unknown_call_text
 from tooldec.bench.engines import ENGINES, Engine
 from tooldec.bench.measure import median, now_us, p99, rss_bytes
@@ -50,6 +52,9 @@ class CellResult:
     steps: int = 0
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    batch: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per batch size: `batch_size, status, reason`, then `step_us_*` (fill + apply), `fill_us_*`,
+    `advance_us_*` (median, p99), `steps`, `check_steps`, `threads`."""
 
     def as_dict(self) -> dict[str, Any]:
         """Flat JSON object (the extra figures beside the standard ones)."""
@@ -133,15 +138,32 @@ def _timed_round(engine: Engine, item: CaseCalls, tokens: Sequence[int], samples
     samples.rss.append(rss_bytes() - rss0)
 
 
+@dataclass(frozen=True)
+class BatchSettings:
+    """The batch measurement: batch sizes (none: no batch figures), timed steps per size, threads per engine."""
+
+    sizes: tuple[int, ...] = ()
+    steps: int = DEFAULT_BATCH_STEPS
+    threads: int = 1
+    logits: LogitsSource = field(default_factory=LogitsSource, compare=False)
+
+
+def _no_batch(result: CellResult, batch: BatchSettings) -> None:
+    """Batch entries of a cell that was not timed (same status and reason as the cell)."""
+    result.batch = [{"batch_size": b, "status": result.status, "reason": result.reason} for b in batch.sizes]
+
+
 def run_cell(
     engine: Engine,
     items: list[CaseCalls],
     result: CellResult,
     repeats: int,
     progress: Progress | None = None,
+    batch: BatchSettings | None = None,
 ) -> CellResult:
-    """Check then time one engine on one workload's cases; fills and returns `result`."""
+    """Check then time one engine on one workload's cases (and its batch path); fills and returns `result`."""
     tick = progress or (lambda _d, _n: None)
+    batch = batch or BatchSettings()
     passed, failed = [], []
     for item in items:
         try:
@@ -150,11 +172,13 @@ def run_cell(
         except CheckFailed as exc:
             if not str(exc).startswith("compile "):
                 result.status, result.reason = "failed", str(exc)
+                _no_batch(result, batch)
                 return result
             failed.append(str(exc))
         tick(f"{result.engine} {result.workload}: check", 1)
     if not passed:
         result.status, result.reason = "failed", failed[0]
+        _no_batch(result, batch)
         return result
     samples = _Samples()
     for r in range(repeats):
@@ -175,12 +199,14 @@ def run_cell(
     }
     if failed:
         result.note += ("; " if result.note else "") + f"{len(failed)} of {len(items)} cases failed to compile, e.g. {failed[0]}"
+    if batch.sizes:
+        result.batch = run_batch(engine, passed, batch.sizes, batch.steps, batch.threads, batch.logits, tick)
     return result
 
 
-def units(workloads: list[Workload], repeats: int) -> int:
+def units(workloads: list[Workload], repeats: int, batch_sizes: Sequence[int] = ()) -> int:
     """Progress units of one (engine, tokenizer) pair over `workloads`."""
-    return sum(len(w.cases) * (1 + repeats) for w in workloads)
+    return sum(len(w.cases) * (1 + repeats) + len(batch_sizes) for w in workloads)
 
 
 def run(
@@ -189,9 +215,11 @@ def run(
     tokenizers: dict[str, Path],
     repeats: int,
     progress: Progress | None = None,
+    batch: BatchSettings | None = None,
 ) -> list[CellResult]:
     """Every cell of engines × workloads × tokenizers; missing or failing engines give skipped/failed rows."""
     tick = progress or (lambda _d, _n: None)
+    batch = batch or BatchSettings()
     results = []
     for tok_name, tok_dir in tokenizers.items():
         vocab = Vocabulary.from_file(tok_dir)
@@ -205,7 +233,8 @@ def run(
             if missing is not None:
                 for row in rows:
                     row.status, row.reason = "skipped", missing
-                tick(f"{engine_name}: skipped", units(workloads, repeats))
+                    _no_batch(row, batch)
+                tick(f"{engine_name}: skipped", units(workloads, repeats, batch.sizes))
                 continue
             try:
                 cls.preload()
@@ -214,7 +243,8 @@ def run(
             except Exception as exc:  # noqa: BLE001 - a peer failing to load is reported, not fatal
                 for row in rows:
                     row.status, row.reason = "failed", f"tokenizer: {type(exc).__name__}: {exc}"[:300]
-                tick(f"{engine_name}: failed", units(workloads, repeats))
+                    _no_batch(row, batch)
+                tick(f"{engine_name}: failed", units(workloads, repeats, batch.sizes))
                 continue
             prep_ms = (now_us() - t0) / 1000.0
             for workload, row in zip(workloads, rows, strict=True):
@@ -225,7 +255,8 @@ def run(
                     done[0] += n
                     tick(description, n)
 
-                run_cell(engine, items[workload.name], row, repeats, counted)
-                tick(f"{engine_name} {workload.name}: {row.status}", units([workload], repeats) - done[0])
+                run_cell(engine, items[workload.name], row, repeats, counted, batch)
+                tick(f"{engine_name} {workload.name}: {row.status}",
+                     units([workload], repeats, batch.sizes) - done[0])
             del engine
     return results

@@ -1,6 +1,6 @@
 """Engine adapters by name: tooldec and the peers (xgrammar, llguidance, outlines-core) behind one interface."""
 
-from tooldec.bench.engines.base import Engine, Session, bit_set, mask_words
+from tooldec.bench.engines.base import BatchDriver, Engine, Session, bit_set, mask_words
 from tooldec.bench.engines.llguidance_engine import LLGuidanceEngine
 from tooldec.bench.engines.outlines_engine import OutlinesEngine
 from tooldec.bench.engines.tooldec_engine import TooldecEngine
@@ -10,4 +10,4 @@ ENGINES: dict[str, type[Engine]] = {
     e.name: e for e in (TooldecEngine, XGrammarEngine, LLGuidanceEngine, OutlinesEngine)
 }
 
-__all__ = ["ENGINES", "Engine", "Session", "bit_set", "mask_words"]
+__all__ = ["ENGINES", "BatchDriver", "Engine", "Session", "bit_set", "mask_words"]

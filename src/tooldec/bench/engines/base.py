@@ -28,6 +28,9 @@ def bit_set(mask: np.ndarray, token_id: int) -> bool:
 class Session(Protocol):
     """One sequence forced through a compiled grammar: the per-token step is `fill_mask` then `advance`."""
 
+    mask: Any
+    """The session's packed mask row (an `int32` array of `ceil(V/32)` words, maybe shaped `[1, W]`)."""
+
     def fill_mask(self) -> None:
         """Compute the mask of the current state into the session's buffer."""
 
@@ -44,6 +47,8 @@ class Engine(ABC):
     name: ClassVar[str]
     package: ClassVar[str]
     modules: ClassVar[tuple[str, ...]] = ()
+    batch_driver: ClassVar[type[BatchDriver] | None] = None
+    """The class of `batch()`'s driver (its `methods` go into the report)."""
 
     @classmethod
     def preload(cls) -> None:
@@ -74,3 +79,49 @@ class Engine(ABC):
     @abstractmethod
     def start(self, compiled: Any) -> Session:
         """A fresh session at the start of a call."""
+
+    def batch(self, threads: int) -> BatchDriver:
+        """The engine's batch path (fill a bitmask of many rows, apply it to logits), on `threads` threads."""
+        raise NotImplementedError(f"{self.name} has no batch path")
+
+
+class BatchDriver(ABC):
+    """An engine's own batch API: per-sequence row objects, one fill of an `int32[B, W]` bitmask for all rows,
+    its logits apply, and the advance of every row by one token. `methods` says which calls each step is."""
+
+    methods: ClassVar[dict[str, str]] = {}
+    """What `fill`, `apply` and `advance` call (for the report)."""
+
+    def __init__(self, size: int, threads: int) -> None:
+        self.size = size
+        self.words = mask_words(size)
+        self.threads = threads
+
+    @abstractmethod
+    def row(self, compiled: Any) -> Any:
+        """A fresh sequence at the start of a call (the object the batch API takes per row)."""
+
+    @abstractmethod
+    def bitmask(self, batch: int) -> Any:
+        """A bitmask of `batch` rows in the engine's own type (numpy array or torch tensor)."""
+
+    @abstractmethod
+    def fill(self, rows: list[Any], bitmask: Any) -> None:
+        """Fill row i of `bitmask` with the mask of `rows[i]`, through the engine's batch call."""
+
+    @abstractmethod
+    def apply(self, logits: Any, bitmask: Any) -> None:
+        """Set the logits of disallowed tokens to -inf in place (`logits`: float32 torch tensor `[B, V]`)."""
+
+    @abstractmethod
+    def advance(self, rows: list[Any], tokens: list[int]) -> list[bool]:
+        """Consume `tokens[i]` in `rows[i]`; False where the engine refuses it."""
+
+    def warm(self, logits: Any, bitmask: Any) -> None:
+        """Anything the apply needs once per shape before it is timed (e.g. torch.compile)."""
+        self.apply(logits, bitmask)
+
+    @staticmethod
+    def as_numpy(bitmask: Any) -> np.ndarray:
+        """The bitmask as a numpy `int32[B, W]` view."""
+        return bitmask.numpy() if hasattr(bitmask, "numpy") else np.asarray(bitmask)

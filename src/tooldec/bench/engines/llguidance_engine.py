@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from tooldec.bench.engines.base import Engine, bit_set, mask_words
+from tooldec.bench.engines.base import BatchDriver, Engine, bit_set, mask_words
 from tooldec.bench.schema import call_schema
 from tooldec.errors import ToolDecError
 from tooldec.specs import ToolSet
@@ -38,12 +38,53 @@ class LLGuidanceSession:
         return bool(self.matcher.consume_token(token_id)) and not self.matcher.is_error()
 
 
+class LLGuidanceBatch(BatchDriver):
+    """llguidance's parallel fill (LLExecutor) over LLMatchers, its torch apply, its parallel consume."""
+
+    methods: ClassVar[dict[str, str]] = {
+        "row": "LLMatcher.deep_copy() of the compiled matcher",
+        "fill": "llguidance.torch.fill_next_token_bitmask_par(LLExecutor(num_threads=T), [(matcher, i)], bitmask)",
+        "apply": "llguidance.torch.apply_token_bitmask_inplace (torch.compile'd; compiled before timing)",
+        "advance": "llguidance.torch.consume_token_par(executor, [(matcher, token)])",
+    }
+
+    def __init__(self, size: int, threads: int) -> None:
+        import llguidance
+        import llguidance.torch
+
+        super().__init__(size, threads)
+        self.llg = llguidance.torch
+        self.executor = llguidance.LLExecutor(num_threads=threads)
+
+    def row(self, compiled: Any) -> Any:
+        """A deep copy of the compiled matcher."""
+        return compiled.deep_copy()
+
+    def bitmask(self, batch: int) -> Any:
+        """llguidance.torch.allocate_token_bitmask (a torch int32 tensor)."""
+        return self.llg.allocate_token_bitmask(batch, self.size)
+
+    def fill(self, rows: list[Any], bitmask: Any) -> None:
+        """fill_next_token_bitmask_par: matcher i into row i."""
+        self.llg.fill_next_token_bitmask_par(self.executor, [(m, i) for i, m in enumerate(rows)], bitmask)
+
+    def apply(self, logits: Any, bitmask: Any) -> None:
+        """llguidance's torch apply."""
+        self.llg.apply_token_bitmask_inplace(logits, bitmask)
+
+    def advance(self, rows: list[Any], tokens: list[int]) -> list[bool]:
+        """consume_token_par (a refused token leaves the matcher in its error state)."""
+        done = self.llg.consume_token_par(self.executor, list(zip(rows, tokens, strict=True)))
+        return [bool(ok) and not m.is_error() for ok, m in zip(done, rows, strict=True)]
+
+
 class LLGuidanceEngine(Engine):
     """llguidance's JSON Schema grammar with fixed separators `", "` and `": "` and no free whitespace."""
 
     name = "llguidance"
     modules = ("llguidance",)
     package = "llguidance"
+    batch_driver = LLGuidanceBatch
 
     def __init__(self, tokenizer_dir: Path, vocab: Vocabulary, eos_id: int) -> None:
         """Build the LLTokenizer (token trie and slices) from the tokenizer.json text."""
@@ -66,3 +107,7 @@ class LLGuidanceEngine(Engine):
     def start(self, compiled: Any) -> LLGuidanceSession:
         """A deep copy of the compiled matcher at its start."""
         return LLGuidanceSession(compiled.deep_copy(), self.size)
+
+    def batch(self, threads: int) -> LLGuidanceBatch:
+        """An LLExecutor with `threads` threads."""
+        return LLGuidanceBatch(self.size, threads)

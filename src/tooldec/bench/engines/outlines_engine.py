@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from tooldec.bench.engines.base import Engine, bit_set, mask_words
+from tooldec.bench.engines.base import BatchDriver, Engine, bit_set, mask_words
 from tooldec.bench.schema import call_schema
 from tooldec.specs import ToolSet
 from tooldec.vocab import Vocabulary
@@ -46,12 +46,68 @@ class OutlinesSession:
         return True
 
 
+class OutlinesBatch(BatchDriver):
+    """outlines-core has no batch fill: write_mask_into per row of one tensor, then its torch apply kernel."""
+
+    methods: ClassVar[dict[str, str]] = {
+        "row": "outlines_core.Guide(index)",
+        "fill": "Guide.write_mask_into(row pointer, W, 4) per row (no batch API)",
+        "apply": "outlines_core.kernels.torch.apply_token_bitmask_inplace (torch.compile'd; compiled before timing)",
+        "advance": "Guide.advance(token, return_tokens=False) per row (EOS in a final state ends the call)",
+    }
+
+    def __init__(self, size: int, threads: int, eos_id: int) -> None:
+        import outlines_core
+        import outlines_core.kernels.torch
+
+        super().__init__(size, threads)
+        self.oc = outlines_core
+        self.kernels = outlines_core.kernels.torch
+        self.eos_id = eos_id
+
+    def row(self, compiled: Any) -> Any:
+        """A fresh Guide."""
+        return self.oc.Guide(compiled)
+
+    def bitmask(self, batch: int) -> Any:
+        """A torch int32 tensor `[B, W]`."""
+        import torch
+
+        return torch.zeros((batch, self.words), dtype=torch.int32)
+
+    def fill(self, rows: list[Any], bitmask: Any) -> None:
+        """write_mask_into each row's slice of the tensor."""
+        base, words = bitmask.data_ptr(), self.words
+        step = words * 4
+        for i, guide in enumerate(rows):
+            guide.write_mask_into(base + i * step, words, 4)
+
+    def apply(self, logits: Any, bitmask: Any) -> None:
+        """outlines-core's torch apply kernel."""
+        self.kernels.apply_token_bitmask_inplace(logits, bitmask)
+
+    def advance(self, rows: list[Any], tokens: list[int]) -> list[bool]:
+        """advance per Guide; EOS in a final state is accepted without advancing."""
+        out = []
+        for guide, token in zip(rows, tokens, strict=True):
+            if token == self.eos_id and guide.is_finished():
+                out.append(True)
+                continue
+            try:
+                guide.advance(token, return_tokens=False)
+                out.append(True)
+            except ValueError:
+                out.append(False)
+        return out
+
+
 class OutlinesEngine(Engine):
     """outlines-core's regex of the call schema (whitespace `" ?"`), indexed over the whole vocabulary."""
 
     name = "outlines-core"
     modules = ("outlines_core", "outlines_core.json_schema")
     package = "outlines-core"
+    batch_driver = OutlinesBatch
 
     def __init__(self, tokenizer_dir: Path, vocab: Vocabulary, eos_id: int) -> None:
         """Decode the tokenizer to token bytes (tooldec's Vocabulary) and build outlines-core's Vocabulary."""
@@ -77,3 +133,7 @@ class OutlinesEngine(Engine):
     def start(self, compiled: Any) -> OutlinesSession:
         """A fresh Guide."""
         return OutlinesSession(compiled, self.size, self.eos_id)
+
+    def batch(self, threads: int) -> OutlinesBatch:
+        """The per-row fill loop (threads: only the apply's torch threads)."""
+        return OutlinesBatch(self.size, threads, self.eos_id)

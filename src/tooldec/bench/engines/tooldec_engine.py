@@ -1,12 +1,15 @@
-"""tooldec itself through its public API: Vocabulary, Compiler.compile(cache off), Guide.fill_bitmask/advance."""
+"""tooldec itself through its public API: Vocabulary, Compiler.compile(cache off), Guide.fill_bitmask/advance;
+the batch path is the one decoding uses: a CallController per row, `fill_bitmasks` and
+`apply_token_bitmask_inplace`."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
-from tooldec.bench.engines.base import Engine, bit_set, mask_words
+from tooldec.bench.engines.base import BatchDriver, Engine, bit_set, mask_words
 from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.errors import TokenRejectedError
 from tooldec.specs import ToolSet
@@ -37,11 +40,57 @@ class TooldecSession:
         return True
 
 
+class TooldecBatch(BatchDriver):
+    """What `Decoder` and `ToolDecLogitsProcessor` do per step: one `fill_bitmasks` call over the rows'
+    CallControllers (a guided call from the first token), the compiled apply, `accept_token` per row."""
+
+    methods: ClassVar[dict[str, str]] = {
+        "row": "tooldec.decoding.CallController(grammar) (a call from the first token)",
+        "fill": "tooldec.decoding.fill_bitmasks(controllers, bitmask, threads=T) (one core call)",
+        "apply": "tooldec.decoding.sampling.apply_token_bitmask_inplace (compiled core kernel)",
+        "advance": "CallController.accept_token per row",
+    }
+
+    def row(self, compiled: CompiledGrammar) -> Any:
+        """A controller in tool mode at the start of a call."""
+        from tooldec.decoding import CallController
+
+        return CallController(compiled)
+
+    def bitmask(self, batch: int) -> np.ndarray:
+        """A numpy `int32[B, W]` (what the decoder allocates)."""
+        return np.zeros((batch, self.words), dtype=np.int32)
+
+    def fill(self, rows: list[Any], bitmask: np.ndarray) -> None:
+        """All rows in one call of the core."""
+        from tooldec.decoding import fill_bitmasks
+
+        fill_bitmasks(rows, bitmask, threads=self.threads)
+
+    def apply(self, logits: Any, bitmask: np.ndarray) -> None:
+        """The compiled apply kernel (float32 CPU logits)."""
+        from tooldec.decoding.sampling import apply_token_bitmask_inplace
+
+        apply_token_bitmask_inplace(logits, bitmask)
+
+    def advance(self, rows: list[Any], tokens: list[int]) -> list[bool]:
+        """accept_token per controller (False on TokenRejectedError)."""
+        out = []
+        for ctrl, token in zip(rows, tokens, strict=True):
+            try:
+                ctrl.accept_token(token)
+                out.append(True)
+            except TokenRejectedError:
+                out.append(False)
+        return out
+
+
 class TooldecEngine(Engine):
     """tooldec (the JSON call format, the grammar the peers get as a JSON Schema)."""
 
     name = "tooldec"
     package = "tooldec"
+    batch_driver = TooldecBatch
 
     def __init__(self, tokenizer_dir: Path, vocab: Vocabulary, eos_id: int) -> None:
         """Build tooldec's Vocabulary from the tokenizer file (its whole one-time preparation)."""
@@ -55,3 +104,7 @@ class TooldecEngine(Engine):
     def start(self, compiled: CompiledGrammar) -> TooldecSession:
         """A fresh guide."""
         return TooldecSession(compiled, self.vocab.size)
+
+    def batch(self, threads: int) -> TooldecBatch:
+        """The decoding path's batch fill and apply."""
+        return TooldecBatch(self.vocab.size, threads)

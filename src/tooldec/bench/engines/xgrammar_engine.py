@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from tooldec.bench.engines.base import Engine, bit_set, mask_words
+from tooldec.bench.engines.base import BatchDriver, Engine, bit_set, mask_words
 from tooldec.bench.schema import call_schema
 from tooldec.specs import ToolSet
 from tooldec.vocab import Vocabulary
@@ -35,12 +35,51 @@ class XGrammarSession:
         return bool(self.matcher.accept_token(token_id))
 
 
+class XGrammarBatch(BatchDriver):
+    """xgrammar's batch API: BatchGrammarMatcher over GrammarMatchers, its CPU apply kernel."""
+
+    methods: ClassVar[dict[str, str]] = {
+        "row": "xgrammar.GrammarMatcher(compiled)",
+        "fill": "xgrammar.BatchGrammarMatcher(max_threads=T).batch_fill_next_token_bitmask(matchers, bitmask)",
+        "apply": "xgrammar.apply_token_bitmask_inplace (backend auto: its CPU kernel)",
+        "advance": "xgrammar.BatchGrammarMatcher.batch_accept_token(matchers, tokens)",
+    }
+
+    def __init__(self, size: int, threads: int) -> None:
+        import xgrammar
+
+        super().__init__(size, threads)
+        self.xgr = xgrammar
+        self.matcher = xgrammar.BatchGrammarMatcher(max_threads=threads)
+
+    def row(self, compiled: Any) -> Any:
+        """A fresh GrammarMatcher."""
+        return self.xgr.GrammarMatcher(compiled)
+
+    def bitmask(self, batch: int) -> Any:
+        """xgrammar.allocate_token_bitmask (a torch int32 tensor)."""
+        return self.xgr.allocate_token_bitmask(batch, self.size)
+
+    def fill(self, rows: list[Any], bitmask: Any) -> None:
+        """batch_fill_next_token_bitmask (rows 0..B-1)."""
+        self.matcher.batch_fill_next_token_bitmask(rows, bitmask)
+
+    def apply(self, logits: Any, bitmask: Any) -> None:
+        """xgrammar's apply (CPU kernel for CPU tensors)."""
+        self.xgr.apply_token_bitmask_inplace(logits, bitmask, vocab_size=self.size)
+
+    def advance(self, rows: list[Any], tokens: list[int]) -> list[bool]:
+        """batch_accept_token."""
+        return list(self.xgr.BatchGrammarMatcher.batch_accept_token(rows, tokens))
+
+
 class XGrammarEngine(Engine):
     """xgrammar's JSON Schema grammar, no whitespace freedom, separators `", "` and `": "`, strict objects."""
 
     name = "xgrammar"
     modules = ("xgrammar", "transformers")
     package = "xgrammar"
+    batch_driver = XGrammarBatch
 
     def __init__(self, tokenizer_dir: Path, vocab: Vocabulary, eos_id: int) -> None:
         """Load the tokenizer in transformers and build xgrammar's TokenizerInfo and compiler."""
@@ -61,3 +100,7 @@ class XGrammarEngine(Engine):
     def start(self, compiled: Any) -> XGrammarSession:
         """A fresh matcher."""
         return XGrammarSession(compiled, self.size)
+
+    def batch(self, threads: int) -> XGrammarBatch:
+        """BatchGrammarMatcher with `threads` threads."""
+        return XGrammarBatch(self.size, threads)
