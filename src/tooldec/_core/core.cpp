@@ -1002,6 +1002,8 @@ void fill_bitmasks(py::array_t<int32_t, py::array::c_style> out, py::list source
       j.index = tup[0].cast<Index*>();
       j.state = tup[1].cast<int32_t>();
       if (j.index->words() != W) throw std::invalid_argument("the bitmask width does not match the vocabulary");
+      if (j.state != FINAL && (j.state < 0 || j.state >= j.index->num_states()))  // checked here: a worker
+        throw std::out_of_range("state " + std::to_string(j.state) + " is not in the automaton");  // may not throw
     } else {
       auto arr = py::array_t<int32_t, py::array::c_style>::ensure(src);
       if (!arr || arr.ndim() != 1 || arr.shape(0) != W)

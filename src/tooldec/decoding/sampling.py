@@ -47,6 +47,8 @@ def apply_token_bitmask_inplace(
         return
     rows, vocab = logits.shape
     mask = _as_2d(bitmask)
+    if indices is not None and any(not 0 <= int(i) < rows for i in indices):
+        raise IndexError(f"row indices {list(indices)} outside the {rows} rows of logits")
     if mask.shape[0] != rows:
         raise ValueError(f"{rows} rows of logits but {mask.shape[0]} rows of bitmask")
     if (
