@@ -317,6 +317,30 @@ def test_the_event_loop_serves_while_a_long_answer_is_generated(server: Server) 
             time.sleep(0.1)
 
 
+def test_a_client_that_leaves_a_whole_answer_frees_its_row(server: Server) -> None:
+    body = json.dumps({"model": MODEL, "messages": USER, "max_tokens": 1500, "temperature": 1.0,
+                       "stop": ["\x00\x01never"]}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw:
+        raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        deadline = time.monotonic() + 20
+        while not httpx.get(server.url + "/health").json()["running"]:
+            assert time.monotonic() < deadline, "the request never started"
+            time.sleep(0.05)
+    deadline = time.monotonic() + 20
+    while httpx.get(server.url + "/health").json()["running"]:
+        assert time.monotonic() < deadline, "the abandoned row was not freed"
+        time.sleep(0.1)
+
+
+def test_a_full_queue_answers_429(lm: LoadedModel) -> None:
+    from fastapi.testclient import TestClient
+
+    with TestClient(create_app(lm, ServeConfig(model_name=MODEL, max_waiting=0))) as http:
+        resp = http.post("/v1/chat/completions", json={"model": MODEL, "messages": USER})
+    assert resp.status_code == 429 and resp.json()["error"]["type"] == "rate_limit_error"
+
+
 USER_ONLY = list(USER)  # the one body sent without a model
 BAD_REQUESTS: list[tuple[str, Any, int, str | None, str]] = [
     # (what, body or raw text, status, param, words in the message)

@@ -168,3 +168,32 @@ def test_prompts_joining_together_share_their_common_start(setup, bytelevel_voca
     assert all(r.gen.prefix_tokens >= len(system) - 1 for r in rows)
     for prompt, row in zip(prompts, rows, strict=True):
         assert row.gen.tokens == _alone(decoder, grammar, prompt, SamplingParams(), 300).tokens
+
+
+def test_feed_width_pads_little() -> None:
+    from tooldec.decoding.decoder import feed_width
+
+    assert feed_width([12]) == 12  # alone: the whole forced stretch in one pass
+    assert feed_width([1] * 31 + [20]) == 1  # one long stretch does not make 31 rows compute 20 positions
+    assert feed_width([1, 1, 6, 6, 6, 6, 6, 6]) == 6
+    assert feed_width([3, 3]) == 3
+
+
+def test_a_long_forced_stretch_is_fed_over_steps_in_a_large_batch(setup, bytelevel_vocab) -> None:  # type: ignore[no-untyped-def]
+    decoder, grammar = setup
+    enc = bytelevel_vocab.encode
+    batch = ContinuousBatch(decoder)
+    prompts = [enc(f"prompt {i}") for i in range(12)]
+    required = [CallController(grammar, trigger="<tool_call>", tool_choice="required") for _ in prompts[:2]]
+    rows = [batch.add(p, c, max_new_tokens=200) for p, c in zip(prompts[:2], required, strict=True)]
+    rows += [batch.add(p, CallController(grammar), max_new_tokens=200) for p in prompts[2:]]
+    widths = []
+    while len(batch):
+        if batch.rows:
+            widths.append(max(len(r.pending) for r in batch.rows))
+        batch.step()
+    assert max(widths) > 1  # some row had a stretch to feed
+    for prompt, row, ctrl in zip(prompts, rows, [*required, *[None] * 10], strict=True):
+        fresh = CallController(grammar, trigger="<tool_call>", tool_choice="required") if ctrl else CallController(grammar)
+        alone = decoder.generate([prompt], [fresh], max_new_tokens=200)[0]
+        assert row.gen.tokens == alone.tokens

@@ -228,6 +228,26 @@ class Decoder:
                 self._feed(row, ctrl, gen, token, pending, on_call, on_token)
 
 
+STEP_OVERHEAD_TOKENS = 16
+"""A forward pass's fixed cost (Python, kernel launches) in token positions, for `feed_width`."""
+
+
+def feed_width(pending: Sequence[int], overhead: int = STEP_OVERHEAD_TOKENS) -> int:
+    """How many pending tokens each row feeds in one pass, given how many each has.
+
+    Rows are padded to the pass's width, so one row's forced stretch of 20 tokens would make 31 others compute
+    20 positions each. The width maximises tokens fed per position computed (plus a fixed cost per pass): alone
+    a row feeds its whole stretch (jump-forward's saving), in a large batch a long stretch is fed over several
+    steps while the row waits to sample."""
+    rows = len(pending)
+    best, best_rate = 1, 0.0
+    for width in sorted(set(pending)):
+        rate = sum(min(p, width) for p in pending) / (rows * width + overhead)
+        if width and rate > best_rate:
+            best, best_rate = width, rate
+    return best
+
+
 def _common(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens `a` shares with `b`, leaving `a` at least one token of its own."""
     n, limit = 0, min(len(a) - 1, len(b))
@@ -434,9 +454,12 @@ class ContinuousBatch:
         order: list[BatchRow] = []
         t_model = time.perf_counter()
         if self.rows:
+            width = feed_width([len(r.pending) for r in self.rows])
             logits, self._attention, _ = self.decoder._forward(
-                [r.pending for r in self.rows], self._attention, self._cache
+                [r.pending[:width] for r in self.rows], self._attention, self._cache
             )
+            for row in self.rows:
+                del row.pending[:width]
             parts.append(logits)
             order.extend(self.rows)
         if joining:
@@ -450,14 +473,13 @@ class ContinuousBatch:
         logits = torch.cat(parts) if len(parts) > 1 else parts[0]
         sampling: list[int] = []
         for i, row in enumerate(order):
-            row.pending = []
             row.gen.forward_passes += 1
             row.gen.model_seconds += seconds
             if row.policy.done:
                 self._end(row, "stop", finished)
             elif row.gen.sampled_tokens + row.gen.forced_tokens >= row.max_new_tokens:
                 self._end(row, "length", finished)
-            else:
+            elif not row.pending:  # else its forced tokens are still being fed: no logits to sample from yet
                 sampling.append(i)
         if sampling:
             if self._bitmask.shape[0] < len(order):
@@ -560,6 +582,8 @@ class ContinuousBatch:
                 if n:
                     attention[j, longest - n :] = 1
         logits, attention, cache = self.decoder._forward([r.pending for r in rows], attention, cache)
+        for row in rows:
+            row.pending = []
         self._remember(rows, attention, cache)
         return logits, attention, cache
 
