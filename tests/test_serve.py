@@ -341,6 +341,41 @@ def test_a_full_queue_answers_429(lm: LoadedModel) -> None:
     assert resp.status_code == 429 and resp.json()["error"]["type"] == "rate_limit_error"
 
 
+def test_the_serve_command_serves_a_model_folder(lm: LoadedModel, tmp_path: Any) -> None:
+    """`tooldec serve --model FOLDER` in its own process, on 127.0.0.1, stopped by the test."""
+    import os
+    import subprocess
+    import sys
+
+    lm.model.save_pretrained(tmp_path)
+    lm.tokenizer.save_pretrained(tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tooldec", "serve", "--model", str(tmp_path), "--port", str(port), "--threads", "1",
+         "--served-model-name", MODEL, "--log-level", "warning"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+            assert time.monotonic() < deadline, "tooldec serve did not start"
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        answer = ask(client, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "ping"}})
+        assert check_calls(answer.choices[0].message) == [("ping", {})]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 USER_ONLY = list(USER)  # the one body sent without a model
 BAD_REQUESTS: list[tuple[str, Any, int, str | None, str]] = [
     # (what, body or raw text, status, param, words in the message)
