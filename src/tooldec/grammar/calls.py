@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import json
 import keyword
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -18,8 +19,9 @@ from typing import Any, Protocol
 from tooldec.errors import EmptyGrammarError, ToolDecError, ToolSpecError
 from tooldec.grammar.canonical import CanonicalWriter
 from tooldec.grammar.ir import NOTHING, Fields, Node, Repeat, alt, lit, opt, seq
-from tooldec.grammar.schema import SchemaCompiler
-from tooldec.grammar.syntax import JSON, PYTHON
+from tooldec.grammar.numbers import DEFAULT_DIGITS, DigitLimits, limit_digits
+from tooldec.grammar.schema import INT_FORMATS, SchemaCompiler
+from tooldec.grammar.syntax import JSON, PYTHON, ValueSyntax
 from tooldec.specs import ToolSpec
 
 _PY_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -39,6 +41,29 @@ class ParsedCall:
         if len(self.positional) > len(names):
             raise CallParseError(f"{self.name} takes at most {len(names)} arguments, got {len(self.positional)}")
         return {**dict(zip(names, self.positional, strict=False)), **self.arguments}
+
+
+class ArgumentCompiler(SchemaCompiler):
+    """The schema compiler of a call's arguments, whose typed numbers have at most `digits` digits (widened
+    where a schema's bounds need more), so a guided number always ends; `digits=None` leaves them unbounded.
+
+    Only what the grammar admits is limited: the right side of a difference (`not`) stays a superset."""
+
+    def __init__(self, root: Any, *, digits: DigitLimits | None, syntax: ValueSyntax, tool: str,
+                 max_ref_depth: int) -> None:
+        super().__init__(root, syntax=syntax, tool=tool, max_ref_depth=max_ref_depth)
+        self.digits = digits
+
+    def _one_type(self, t: str, schema: dict, path: str) -> Node:
+        node = super()._one_type(t, schema, path)
+        if self.digits is None or self._negative or t not in ("integer", "number"):
+            return node
+        bounds = [schema.get(k) for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")]
+        bounds += INT_FORMATS.get(schema.get("format"), ())
+        numeric = [b for b in bounds if isinstance(b, (int, float)) and not isinstance(b, bool) and math.isfinite(b)]
+        step = schema.get("multipleOf")
+        steps = [step] if isinstance(step, (int, float)) and not isinstance(step, bool) and math.isfinite(step) else []
+        return limit_digits(node, self.digits.for_bounds(numeric, steps))
 
 
 class CallParseError(ToolDecError, ValueError):
@@ -70,13 +95,15 @@ class JsonCall:
     name: str = "json"
     name_key: str = "name"
     arguments_key: str = "arguments"
+    digits: DigitLimits | None = DEFAULT_DIGITS
 
     def _head(self, tool: ToolSpec) -> str:
         return "{" + json.dumps(self.name_key) + ": " + json.dumps(tool.name) + ", " + json.dumps(self.arguments_key) + ": "
 
     def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
         """IR of every valid call of `tool`."""
-        args = SchemaCompiler(tool.parameters, syntax=JSON, tool=tool.name, max_ref_depth=max_ref_depth)
+        args = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=JSON, tool=tool.name,
+                                max_ref_depth=max_ref_depth)
         return seq(lit(self._head(tool)), args.value(path="#/parameters"), lit("}"))
 
     def parse(self, text: str) -> ParsedCall:
@@ -97,10 +124,12 @@ class PythonCall:
     """`tool(a=1, b="x")`: keyword arguments in parameter order, Python literals."""
 
     name: str = "python"
+    digits: DigitLimits | None = DEFAULT_DIGITS
 
     def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
         """IR of every valid call of `tool`."""
-        comp = SchemaCompiler(tool.parameters, syntax=PYTHON, tool=tool.name, max_ref_depth=max_ref_depth)
+        comp = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=PYTHON, tool=tool.name,
+                                max_ref_depth=max_ref_depth)
         props = tool.parameters.get("properties", {})
         required = set(tool.parameters.get("required", []))
         fields = []
@@ -171,10 +200,12 @@ class ToolkenCall:
     """
 
     name: str = "toolken"
+    digits: DigitLimits | None = DEFAULT_DIGITS
 
     def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
         """IR of every valid call of `tool`."""
-        comp = SchemaCompiler(tool.parameters, syntax=PYTHON, tool=tool.name, max_ref_depth=max_ref_depth)
+        comp = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=PYTHON, tool=tool.name,
+                                max_ref_depth=max_ref_depth)
         props = tool.parameters.get("properties", {})
         required = set(tool.parameters.get("required", []))
         values = [(comp.value(sub, f"#/parameters/properties/{p}"), p in required) for p, sub in props.items()]
@@ -214,10 +245,12 @@ class ReactCall:
     """ReAct's action: `Action: <tool>\nAction Input: {json}\n` (the planner writes the Observation)."""
 
     name: str = "react"
+    digits: DigitLimits | None = DEFAULT_DIGITS
 
     def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
         """IR of every valid call of `tool`."""
-        args = SchemaCompiler(tool.parameters, syntax=JSON, tool=tool.name, max_ref_depth=max_ref_depth)
+        args = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=JSON, tool=tool.name,
+                                max_ref_depth=max_ref_depth)
         return seq(lit(f"Action: {tool.name}\nAction Input: "), args.value(path="#/parameters"), lit("\n"))
 
     def parse(self, text: str) -> ParsedCall:

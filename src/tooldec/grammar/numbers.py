@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 from fractions import Fraction
 
 from tooldec.grammar.ir import (
@@ -361,3 +363,59 @@ def near_spellings(value: int | float) -> Node:
 def any_number() -> Node:
     """Every JSON number."""
     return seq(opt(lit("-")), UNSIGNED, opt(FRACTION), opt(EXPONENT))
+
+
+@dataclass(frozen=True)
+class DigitLimits:
+    """The most digits a guided number may write in its integer part, fraction and exponent.
+
+    Without a limit a number's grammar loops on its digits, and a model that never stops writing them
+    (`172.700000…`) runs to the token limit. The default fits what APIs exchange: 15 integer digits are the
+    integers every JSON parser reads exactly (a double holds 15 significant decimal digits, DBL_DIG, and every
+    integer below 2^53 ≈ 9·10^15), enough for money in cents, millisecond timestamps (13 digits) and counts;
+    8 fraction digits hold coordinates to a millimetre (1e-8 degree), currency (2–4) and percentages; 3
+    exponent digits reach every double (1e-324 to 1e308). Schemas whose bounds or multipleOf need more get
+    more (`for_bounds`)."""
+
+    integer: int = 15
+    fraction: int = 8
+    exponent: int = 3
+
+    def __post_init__(self) -> None:
+        if min(self.integer, self.fraction, self.exponent) < 1:
+            raise ValueError(f"digit limits must be at least 1: {self}")
+
+    def for_bounds(self, bounds: Iterable[int | float], steps: Iterable[int | float] = ()) -> DigitLimits:
+        """These limits widened so that numbers between `bounds` (and multiples of `steps`) keep values:
+        one integer digit and one fraction digit more than any bound is written with, a step's fraction digits."""
+        integer, fraction = self.integer, self.fraction
+        for b in bounds:
+            whole, digits = _split(abs(_written(b)))
+            integer = max(integer, len(str(whole)) + 1)
+            fraction = max(fraction, len(digits) + 1)
+        for m in steps:
+            fraction = max(fraction, len(_split(abs(_written(m)))[1]))
+        return DigitLimits(integer, fraction, self.exponent)
+
+
+DEFAULT_DIGITS = DigitLimits()
+
+
+def _written(v: int | float) -> Fraction:
+    """A bound as the decimal it is written as (`0.1` is 1/10)."""
+    return Fraction(repr(v)) if isinstance(v, float) else Fraction(v)
+
+
+def digit_shape(limits: DigitLimits) -> Node:
+    """Every spelling `-I.FeX` with at most `limits` digits in each part: a finite language, so it always ends."""
+    return seq(
+        opt(lit("-")),
+        Repeat(DIGIT, 1, limits.integer),
+        opt(seq(lit("."), Repeat(DIGIT, 1, limits.fraction))),
+        opt(seq(one_of_bytes("eE"), opt(one_of_bytes("+-")), Repeat(DIGIT, 1, limits.exponent))),
+    )
+
+
+def limit_digits(node: Node, limits: DigitLimits) -> Node:
+    """The numbers of `node` with at most `limits` digits (a subset: only for what a grammar admits)."""
+    return Intersect((node, digit_shape(limits)))
