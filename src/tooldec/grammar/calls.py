@@ -8,12 +8,14 @@ suffix. New formats compose existing ones: `Wrapped(JsonCall(), "<tool_call>\\n"
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import keyword
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, Protocol
 
 from tooldec.errors import EmptyGrammarError, ToolDecError, ToolSpecError
@@ -75,8 +77,8 @@ class CallFormat(Protocol):
 
     name: str
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
-        """IR of every valid call of `tool`."""
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+        """IR of every valid call of `tool`, which may also be named by any of `names` (aliases)."""
         ...
 
     def parse(self, text: str) -> ParsedCall:
@@ -97,14 +99,15 @@ class JsonCall:
     arguments_key: str = "arguments"
     digits: DigitLimits | None = DEFAULT_DIGITS
 
-    def _head(self, tool: ToolSpec) -> str:
-        return "{" + json.dumps(self.name_key) + ": " + json.dumps(tool.name) + ", " + json.dumps(self.arguments_key) + ": "
+    def _head(self, name: str) -> str:
+        return "{" + json.dumps(self.name_key) + ": " + json.dumps(name) + ", " + json.dumps(self.arguments_key) + ": "
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
-        """IR of every valid call of `tool`."""
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+        """IR of every valid call of `tool` (named by its name or one of `names`)."""
         args = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=JSON, tool=tool.name,
                                 max_ref_depth=max_ref_depth)
-        return seq(lit(self._head(tool)), args.value(path="#/parameters"), lit("}"))
+        head = alt(*(lit(self._head(n)) for n in (tool.name, *names)))
+        return seq(head, args.value(path="#/parameters"), lit("}"))
 
     def parse(self, text: str) -> ParsedCall:
         """The call written in `text`; raises CallParseError."""
@@ -116,7 +119,7 @@ class JsonCall:
 
     def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
         """The canonical text of a call (what the grammar generates for these arguments)."""
-        return self._head(tool) + CanonicalWriter(tool.parameters, JSON).dumps(arguments) + "}"
+        return self._head(tool.name) + CanonicalWriter(tool.parameters, JSON).dumps(arguments) + "}"
 
 
 @dataclass(frozen=True)
@@ -126,12 +129,13 @@ class PythonCall:
     name: str = "python"
     digits: DigitLimits | None = DEFAULT_DIGITS
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
-        """IR of every valid call of `tool`."""
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+        """IR of every valid call of `tool` (named by its name or one of `names` that is an identifier)."""
         comp = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=PYTHON, tool=tool.name,
                                 max_ref_depth=max_ref_depth)
         props = tool.parameters.get("properties", {})
         required = set(tool.parameters.get("required", []))
+        spellings = [tool.name, *(n for n in names if _PY_IDENT.match(n) and not keyword.iskeyword(n))]
         fields = []
         for pname, sub in props.items():
             path = f"#/parameters/properties/{pname}"
@@ -143,7 +147,7 @@ class PythonCall:
                 )
             value = comp.value(sub, path)
             fields.append((seq(lit(pname + "="), value), pname in required))
-        return seq(lit(tool.name + "("), Fields(tuple(fields), lit(", ")), lit(")"))
+        return seq(alt(*(lit(n + "(") for n in spellings)), Fields(tuple(fields), lit(", ")), lit(")"))
 
     def parse(self, text: str) -> ParsedCall:
         """The call written in `text`; raises CallParseError."""
@@ -176,9 +180,9 @@ class Wrapped:
     suffix: str
     name: str = "wrapped"
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
-        """IR of every valid call of `tool`."""
-        return seq(lit(self.prefix), self.inner.call(tool, max_ref_depth=max_ref_depth), lit(self.suffix))
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+        """IR of every valid call of `tool` (named by its name or one of `names`)."""
+        return seq(lit(self.prefix), self.inner.call(tool, max_ref_depth=max_ref_depth, names=names), lit(self.suffix))
 
     def parse(self, text: str) -> ParsedCall:
         """The call written in `text`; raises CallParseError."""
@@ -202,8 +206,8 @@ class ToolkenCall:
     name: str = "toolken"
     digits: DigitLimits | None = DEFAULT_DIGITS
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
-        """IR of every valid call of `tool`."""
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+        """IR of every valid call of `tool` (named by its name or one of `names`)."""
         comp = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=PYTHON, tool=tool.name,
                                 max_ref_depth=max_ref_depth)
         props = tool.parameters.get("properties", {})
@@ -219,7 +223,7 @@ class ToolkenCall:
             value, req = values[i]
             item = seq(lit(",") if i else seq(), value, tail)
             tail = item if req else opt(item)
-        return seq(lit("<" + tool.name + ">("), tail, lit(")="))
+        return seq(lit("<"), alt(*(lit(n) for n in (tool.name, *names))), lit(">("), tail, lit(")="))
 
     def parse(self, text: str) -> ParsedCall:
         """The call written in `text`; raises CallParseError."""
@@ -247,11 +251,12 @@ class ReactCall:
     name: str = "react"
     digits: DigitLimits | None = DEFAULT_DIGITS
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
-        """IR of every valid call of `tool`."""
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+        """IR of every valid call of `tool` (named by its name or one of `names`)."""
         args = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=JSON, tool=tool.name,
                                 max_ref_depth=max_ref_depth)
-        return seq(lit(f"Action: {tool.name}\nAction Input: "), args.value(path="#/parameters"), lit("\n"))
+        name = alt(*(lit(n) for n in (tool.name, *names)))
+        return seq(lit("Action: "), name, lit("\nAction Input: "), args.value(path="#/parameters"), lit("\n"))
 
     def parse(self, text: str) -> ParsedCall:
         """The call written in `text`; raises CallParseError."""
@@ -283,9 +288,9 @@ class ParallelCalls:
     max_calls: int = 8
     name: str = "parallel"
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int) -> Node:
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
         """IR of one call of `tool` (the list around calls is `around`)."""
-        return self.inner.call(tool, max_ref_depth=max_ref_depth)
+        return self.inner.call(tool, max_ref_depth=max_ref_depth, names=names)
 
     def around(self, any_call: Node) -> Node:
         """The list of one to `max_calls` calls."""
@@ -308,6 +313,120 @@ class ParallelCalls:
     def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
         """The canonical text of a list holding one call."""
         return self.open + self.inner.render(tool, arguments) + self.close
+
+
+_SEPARATORS = "_-/ "
+MIN_ALIAS_LETTERS = 3
+"""Shorter suffixes (`id`, `of`) name nothing a model means by them."""
+
+
+def _word_starts(name: str) -> list[int]:
+    """Where the words of a name begin: after `_ - / space`, at a camelCase hump (`getWeather`, `HTTPServer`)."""
+    starts = []
+    for i, c in enumerate(name):
+        if c in _SEPARATORS:
+            continue
+        prev = name[i - 1] if i else ""
+        after = name[i + 1] if i + 1 < len(name) else ""
+        if (not prev or prev in _SEPARATORS or (prev.islower() and c.isupper())
+                or (prev.isupper() and c.isupper() and after.islower())
+                or (prev.isalpha() != c.isalpha() and prev.isalnum() and c.isalnum())):
+            starts.append(i)
+    return starts
+
+
+def _snake(text: str) -> str:
+    """`search/movie`, `CurrentWeather` -> `search_movie`, `current_weather`."""
+    starts = _word_starts(text)
+    words = [text[a:b].strip(_SEPARATORS) for a, b in zip(starts, [*starts[1:], len(text)], strict=True)]
+    return "_".join(w.lower() for w in words if w)
+
+
+def _spellings(name: str) -> set[str]:
+    """A name's own snake_case spelling and its word-aligned proper suffixes, as written and in snake_case."""
+    out = {_snake(name)}
+    for i in _word_starts(name)[1:]:
+        suffix = name[i:]
+        if suffix[0].isdigit() or sum(c.isalpha() for c in suffix) < MIN_ALIAS_LETTERS:
+            continue
+        out |= {suffix, _snake(suffix)}
+    out.discard(name)
+    out.discard("")
+    return out
+
+
+def name_aliases(names: Iterable[str]) -> dict[str, str]:
+    """Alias -> tool name: each word-aligned suffix of a name (`children` for `number_of_children`, `movie` and
+    `search_movie` for `GET /search/movie`) that no other tool shares and that names no tool itself.
+
+    A prefix trie of names makes a model commit to a name from its first token: a model that means
+    `number_of_children` and writes `children` is refused `child` and picks another name. Unique suffixes
+    let it name the tool the way it wanted to, and the call still parses to one tool."""
+    names = list(names)
+    owners: dict[str, set[str]] = {}
+    for name in names:
+        for alias in _spellings(name):
+            owners.setdefault(alias, set()).add(name)
+    taken = set(names)
+    return {alias: next(iter(o)) for alias, o in sorted(owners.items()) if len(o) == 1 and alias not in taken}
+
+
+@dataclass(frozen=True, repr=False)
+class Aliased:
+    """Another format in which a call may name a tool by an alias; it parses to (and renders) the tool's name.
+
+    The aliases are compiled into the same name trie as the names (`<children>(` and `<number_of_children>(`
+    both lead to the same argument machine)."""
+
+    inner: CallFormat
+    aliases: tuple[tuple[str, str], ...]
+    """(alias, tool name) pairs."""
+
+    @property
+    def name(self) -> str:
+        """The inner format's name (the aliases change no syntax)."""
+        return self.inner.name
+
+    @cached_property
+    def canonical(self) -> dict[str, str]:
+        """Alias -> tool name."""
+        return dict(self.aliases)
+
+    @cached_property
+    def _of_tool(self) -> dict[str, tuple[str, ...]]:
+        out: dict[str, tuple[str, ...]] = {}
+        for alias, name in self.aliases:
+            out[name] = (*out.get(name, ()), alias)
+        return out
+
+    def __repr__(self) -> str:
+        """Short and distinct per alias table (compiled grammars are cached by the format's repr)."""
+        digest = hashlib.sha256(json.dumps(self.aliases).encode()).hexdigest()[:16]
+        return f"Aliased({self.inner!r}, aliases={len(self.aliases)}:{digest})"
+
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+        """IR of every valid call of `tool`, named by its name, `names` or its aliases."""
+        return self.inner.call(tool, max_ref_depth=max_ref_depth, names=(*names, *self._of_tool.get(tool.name, ())))
+
+    def parse(self, text: str) -> ParsedCall:
+        """The call written in `text`, with an alias replaced by the tool's name; raises CallParseError."""
+        return self._canonical_call(self.inner.parse(text))
+
+    def _canonical_call(self, call: ParsedCall) -> ParsedCall:
+        return replace(call, name=self.canonical.get(call.name, call.name))
+
+    def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
+        """The canonical text of a call (under the tool's own name)."""
+        return self.inner.render(tool, arguments)
+
+
+def with_aliases(fmt: str | CallFormat, tools: Iterable[ToolSpec]) -> CallFormat:
+    """`fmt` where every tool may also be named by its unique word-aligned suffixes (see `name_aliases`)."""
+    fmt = get_format(fmt)
+    table = tuple(name_aliases(t.name for t in tools).items())
+    if isinstance(fmt, ParallelCalls):
+        return replace(fmt, inner=Aliased(fmt.inner, table))
+    return Aliased(fmt, table)
 
 
 FORMATS: dict[str, CallFormat] = {
