@@ -21,6 +21,8 @@ class Guide:
 
     def __init__(self, index: TokenIndex, parse: Callable[[str], Any] | None = None) -> None:
         self.index = index
+        self._core = index.core
+        self._finished = index.finished
         self._parse = parse
         self._states: list[int] = [index.start]
         self._tokens: list[int] = []
@@ -35,16 +37,19 @@ class Guide:
         """Token ids accepted so far (EOS included)."""
         return list(self._tokens)
 
+    @property
+    def num_tokens(self) -> int:
+        """How many tokens were accepted so far (EOS included), without copying them."""
+        return len(self._tokens)
+
     def is_accepting(self) -> bool:
         """Whether the text so far is a complete call, so EOS may come now."""
         return self.index.is_accepting(self.state)
 
     def is_finished(self) -> bool:
         """Whether EOS was accepted, or nothing but EOS can follow."""
-        s = self.state
-        if s == FINAL:
-            return True
-        return self.is_accepting() and not bool(self.index.dfa.trans[s].any())
+        s = self._states[-1]
+        return s == FINAL or (s > DEAD and self._finished[s])
 
     def allowed_token_ids(self) -> np.ndarray:
         """Sorted ids of the tokens allowed next."""
@@ -56,7 +61,11 @@ class Guide:
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
         """Write the packed mask into row `row` of an `int32[batch, ceil(V/32)]` array."""
-        self.index.fill_bitmask(self._states[-1], out[row])
+        self._core.fill(self._states[-1], out[row])
+
+    def mask_source(self) -> tuple[Any, int]:
+        """The current state as a row source of the compiled batch fill (`tooldec.decoding.fill_bitmasks`)."""
+        return (self._core, self._states[-1])
 
     def accepts(self, token_id: int) -> bool:
         """Whether `token_id` is allowed now."""
@@ -64,7 +73,7 @@ class Guide:
 
     def advance(self, token_id: int) -> int:
         """Consume one token and return the new state; raises TokenRejectedError if it is not allowed."""
-        nxt = self.index.next_state(self._states[-1], token_id)
+        nxt = self._core.next_state(self._states[-1], token_id)
         if nxt == DEAD:
             tb = self.index.vocab.token_bytes
             text = tb[token_id] if 0 <= token_id < len(tb) else None

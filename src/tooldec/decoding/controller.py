@@ -14,7 +14,7 @@ import enum
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 
@@ -80,9 +80,8 @@ def _allows(source: MaskSource, token_id: int) -> bool:
     return 0 <= token_id < source.shape[0] * 32 and bool((int(source[token_id >> 5]) >> (token_id & 31)) & 1)
 
 
-@dataclass(frozen=True)
-class _Snapshot:
-    """What one accepted token changed, so that rollback can undo it."""
+class _Snapshot(NamedTuple):
+    """What one accepted token changed, so that rollback can undo it (a tuple: one is made per token)."""
 
     mode: Mode
     tail: bytes
@@ -176,7 +175,7 @@ class CallController:
             return self.prepared.mask(("only", token), lambda: pack_ids([token], self.prepared.words))
         if self.mode is Mode.TOOL:
             assert self._guide is not None
-            return self._guide.index.source(self._guide.state)
+            return self._guide.mask_source()
         if self.trigger is None:
             return None
         allow = self.tool_choice != "none" and len(self.events) < self.max_calls
@@ -210,15 +209,22 @@ class CallController:
         """Take the next token of the sequence; returns the call it completes, if any.
 
         Raises TokenRejectedError for a token the mask does not allow (EOS is accepted after the end)."""
+        guide = self._guide
+        if self.mode is Mode.TOOL and not self._pending_trigger:  # the guided step: one walk of the token
+            assert guide is not None
+            before = guide.num_tokens
+            guide.advance(token_id)
+            self._history.append(_Snapshot(Mode.TOOL, self._tail, self._recent, guide, before, (), len(self.events)))
+            self.tokens.append(token_id)
+            return self._finish_call() if guide.is_finished() else None
         source = self.mask_source()
         if not _allows(source, token_id):
             tb = self.vocab.token_bytes
             text = tb[token_id] if 0 <= token_id < len(tb) else None
             state = self._guide.state if self._guide is not None else -1
             raise TokenRejectedError(token_id, state, text)
-        guide = self._guide
         self._history.append(
-            _Snapshot(self.mode, self._tail, self._recent, guide, len(guide.tokens) if guide else 0,
+            _Snapshot(self.mode, self._tail, self._recent, guide, guide.num_tokens if guide else 0,
                       tuple(self._pending_trigger), len(self.events))
         )
         self.tokens.append(token_id)
@@ -226,12 +232,6 @@ class CallController:
             return None
         if self._pending_trigger:
             self._pending_trigger.pop(0)
-            return None
-        if self.mode is Mode.TOOL:
-            assert guide is not None
-            guide.advance(token_id)
-            if guide.is_finished():
-                return self._finish_call()
             return None
         if token_id in self.vocab.eos_ids:
             self.mode = Mode.DONE
@@ -290,7 +290,7 @@ class CallController:
             del self.events[snap.events :]
             self._guide = snap.guide
             if snap.guide is not None:
-                snap.guide.rollback(len(snap.guide.tokens) - snap.guide_tokens)
+                snap.guide.rollback(snap.guide.num_tokens - snap.guide_tokens)
 
     def stop(self) -> None:
         """End the sequence now (the caller decided it is complete, e.g. a ReAct `Finish`)."""

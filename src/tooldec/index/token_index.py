@@ -41,6 +41,8 @@ class TokenIndex:
             dfa.accepting,
             share_regions,
         )
+        self.finished: list[bool] = (np.asarray(dfa.accepting, dtype=bool) & ~dfa.trans.any(axis=1)).tolist()
+        """Per state: accepting with no way on, so only EOS may follow (a list: one lookup per decoding step)."""
 
     @property
     def start(self) -> int:
@@ -80,10 +82,6 @@ class TokenIndex:
             out.fill(0)
         else:
             self.core.fill(state, out)
-
-    def source(self, state: int) -> tuple[_core.Index, int] | None:
-        """This state's row source for `_core.fill_bitmasks` (a batch fill without the GIL)."""
-        return (self.core, state)
 
     def count(self, state: int) -> int:
         """How many tokens are allowed in `state` (EOS included)."""

@@ -207,7 +207,7 @@ class CallsOnly:
 
     def mask_source(self) -> MaskSource:
         if self._state is not None and not self.controller.done:
-            return self._gap.source(self._state)  # type: ignore[no-any-return]
+            return (self._gap.core, self._state)
         return self.controller.mask_source()
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
