@@ -834,6 +834,8 @@ class SchemaCompiler:
         syn = self.syntax
         neg = self._negative
         patterns = list(schema.get("patternProperties", {}).items())
+        if extra is False and not patterns:  # a closed object (every tool call's): no key language to build
+            return NOTHING
         universe = seq(lit('"'), _string_except(set(declared), canonical=bool(patterns) or names is not None), lit('"'))
         if names is not None:
             universe = Intersect((universe, names[0]))
