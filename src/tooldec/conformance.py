@@ -24,6 +24,7 @@ from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.errors import EmptyGrammarError, ToolSpecError, UnsupportedSchemaError
 from tooldec.grammar.canonical import CanonicalWriter
 from tooldec.guide import Guide
+from tooldec.vocab import Vocabulary
 
 
 class _Timeout(Exception):
@@ -73,47 +74,75 @@ def feed(guide: Guide, ids: list[int]) -> bool:
     return guide.is_accepting()
 
 
+@dataclass
+class Compiled:
+    """A schema compiled the way check-schemas compiles it, or why it was not."""
+
+    status: str  # compiled | unsupported | crashed
+    reason: str = ""
+    grammar: CompiledGrammar | None = None  # None when compiled but empty (every instance is rejected)
+    compile_ms: float | None = None
+
+
+def compile_checked(schema: Any, compiler: Compiler, *, timeout_s: float = 10.0) -> Compiled:
+    """Compile one schema as a single value with JSON Schema's open objects, classifying every failure.
+
+    Refusals (UnsupportedSchemaError, an invalid schema, a timeout, nesting past Python's recursion limit) are
+    "unsupported"; any other exception is a tooldec bug, "crashed" with its traceback.
+    """
+    out = Compiled(status="compiled")
+    try:
+        t0 = time.perf_counter()
+        with time_limit(timeout_s):
+            try:
+                out.grammar = compiler.compile_schema(schema, use_cache=False)
+            except EmptyGrammarError:
+                out.reason = "the schema admits no value: every instance is rejected"
+        out.compile_ms = (time.perf_counter() - t0) * 1000
+    except UnsupportedSchemaError as exc:
+        return Compiled(status="unsupported", reason=f"{exc.keyword}: {exc}")
+    except ToolSpecError as exc:
+        return Compiled(status="unsupported", reason=f"invalid schema: {exc}")
+    except _Timeout:
+        return Compiled(status="unsupported", reason=f"timeout: compile over {timeout_s}s")
+    except RecursionError:
+        return Compiled(status="unsupported", reason="size: schema nested too deeply")
+    except Exception:  # noqa: BLE001 - any other exception is a tooldec bug, recorded as a crash
+        return Compiled(status="crashed", reason=traceback.format_exc(limit=8))
+    return out
+
+
+def accepts(compiled: Compiled, writer: CanonicalWriter, vocab: Vocabulary, value: Any) -> bool:
+    """Whether the guide takes `value` in its canonical text, token by token, and ends accepting.
+
+    A value with no JSON spelling (NaN, ...) is not one the grammar can produce: rejected.
+    """
+    try:
+        text = writer.dumps(value)
+        ids = vocab.encode(text)
+    except (ValueError, TypeError):
+        return False
+    return compiled.grammar is not None and feed(compiled.grammar.guide(), ids)
+
+
 def check_file(path: Path, compiler: Compiler, *, timeout_s: float = 10.0) -> FileResult:
     """Compile one file's schema and run its tests."""
-    res = FileResult(file=path.name, status="compiled")
     try:
         doc = json.loads(path.read_text())
         schema = doc["schema"]
         tests = doc.get("tests", [])
     except (OSError, ValueError, KeyError) as exc:
         return FileResult(file=path.name, status="crashed", reason=f"unreadable: {exc}")
-    compiled: CompiledGrammar | None = None
-    try:
-        t0 = time.perf_counter()
-        with time_limit(timeout_s):
-            try:
-                compiled = compiler.compile_schema(schema, use_cache=False)
-            except EmptyGrammarError:
-                res.reason = "the schema admits no value: every instance is rejected"
-        res.compile_ms = (time.perf_counter() - t0) * 1000
-    except UnsupportedSchemaError as exc:
-        return FileResult(file=path.name, status="unsupported", reason=f"{exc.keyword}: {exc}")
-    except ToolSpecError as exc:
-        return FileResult(file=path.name, status="unsupported", reason=f"invalid schema: {exc}")
-    except _Timeout:
-        return FileResult(file=path.name, status="unsupported", reason=f"timeout: compile over {timeout_s}s")
-    except RecursionError:
-        return FileResult(file=path.name, status="unsupported", reason="size: schema nested too deeply")
-    except Exception:  # noqa: BLE001 - any other exception is a tooldec bug, recorded as a crash
-        return FileResult(file=path.name, status="crashed", reason=traceback.format_exc(limit=8))
+    compiled = compile_checked(schema, compiler, timeout_s=timeout_s)
+    res = FileResult(file=path.name, status=compiled.status, reason=compiled.reason, compile_ms=compiled.compile_ms)
+    if compiled.status != "compiled":
+        return res
     writer = CanonicalWriter(schema)
-    vocab = compiler.vocab
     for i, test in enumerate(tests):
         valid = bool(test.get("valid"))
         try:
             with time_limit(timeout_s):
-                try:
-                    text = writer.dumps(test.get("data"))
-                    ids = vocab.encode(text)
-                except (ValueError, TypeError):
-                    ok = False  # no JSON spelling (NaN, ...): not an instance the grammar can produce
-                else:
-                    ok = compiled is not None and feed(compiled.guide(), ids)
+                ok = accepts(compiled, writer, compiler.vocab, test.get("data"))
         except _Timeout:
             ok = False
             res.failures.append(f"test {i}: timeout")
