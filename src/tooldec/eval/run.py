@@ -67,7 +67,7 @@ def run_eval(
         "batch_size": batch_size,
     }
     short = load_compressed(compressed) if compressed else None
-    lm = load_model(None if model == "smollm2" else model, threads=threads)
+    lm = load_model(model, threads=threads)
     bench = prepare(
         benchmark,
         lm,
