@@ -12,11 +12,19 @@ from dataclasses import dataclass, field, fields
 ALL_BYTES = (1 << 256) - 1
 
 
+_COMPARED: dict[type, tuple[str, ...]] = {}
+"""Per node class, the names of its compared fields (dataclasses.fields is too slow to call per hash)."""
+
+
 def _cached_hash(self: object) -> int:
     """Structural hash computed once per node: alternation dedup and caches hash big trees many times."""
     h = self._h  # type: ignore[attr-defined]
     if not h:
-        h = hash((type(self).__name__, *(getattr(self, f.name) for f in fields(self) if f.compare))) or 1  # type: ignore[arg-type]
+        cls = type(self)
+        names = _COMPARED.get(cls)
+        if names is None:
+            names = _COMPARED[cls] = tuple(f.name for f in fields(self) if f.compare)  # type: ignore[arg-type]
+        h = hash((cls.__name__, *(getattr(self, n) for n in names))) or 1
         object.__setattr__(self, "_h", h)
     return h
 
