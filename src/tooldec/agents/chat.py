@@ -10,6 +10,7 @@ go back as `tool` messages, and the model answers or calls again.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,22 +19,34 @@ from tooldec.agents.result import AgentResult
 from tooldec.backends.loader import LoadedModel
 from tooldec.decoding import CallController, FreeController, SamplingParams
 from tooldec.decoding.decoder import Decoder
-from tooldec.grammar.calls import CallParseError, ParsedCall, get_format
+from tooldec.grammar.calls import CallParseError, ParsedCall, get_format, with_aliases
 from tooldec.specs import ToolSet
+
+
+FENCE_OPEN = "```json"
+"""Qwen2.5-Coder writes its calls as a Markdown JSON block as often as between `<tool_call>` tags."""
+_BLOCKS = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>|```json\n)|$)|```json\n(.*?)(?:\n```|$)", re.DOTALL)
+"""A call block up to its closing (or the next block, or the end of the text)."""
 
 
 @dataclass(frozen=True)
 class ChatSyntax:
-    """How one model family writes calls: the tooldec format, the text or token that opens a call, and
-    whether several calls may follow each other in one turn."""
+    """How one model family writes calls: the tooldec format, the text or token that opens a call (and `also`,
+    others that open one too), and whether several calls may follow each other in one turn."""
 
     format: str
     trigger: str
     parallel: bool
+    also: tuple[str, ...] = ()
+
+    @property
+    def triggers(self) -> tuple[str, ...]:
+        """Every text or token that opens a call, the one a required call forces first."""
+        return (self.trigger, *self.also)
 
 
 CHAT_SYNTAXES: dict[str, ChatSyntax] = {
-    "hermes": ChatSyntax("hermes", "<tool_call>", parallel=True),
+    "hermes": ChatSyntax("hermes", "<tool_call>", parallel=True, also=(FENCE_OPEN,)),
     "llama31": ChatSyntax("llama31", '{"name": ', parallel=False),
     "mistral": ChatSyntax("mistral", "[TOOL_CALLS]", parallel=True),
 }
@@ -96,10 +109,10 @@ class ChatAgent:
         return messages
 
     def _controller(self, tools: ToolSet, syntax: ChatSyntax, choice: str) -> CallController:
-        grammar = self.lm.compiler.compile(tools, syntax.format)
+        grammar = self.lm.compiler.compile(tools, with_aliases(syntax.format, tools))
         return CallController(
             grammar,
-            trigger=syntax.trigger,
+            trigger=syntax.triggers,
             tool_choice=choice,  # type: ignore[arg-type]
             after_call="text" if syntax.parallel else "stop",
         )
@@ -152,9 +165,9 @@ def parse_free_calls(text: str, syntax: ChatSyntax) -> tuple[list[ParsedCall], l
     fmt = get_format(syntax.format)
     calls: list[ParsedCall] = []
     errors: list[str] = []
-    if syntax.format == "hermes":
-        chunks = [c.split("</tool_call>")[0] for c in text.split("<tool_call>")[1:]]
-        for chunk in chunks:
+    if syntax.format == "hermes":  # `<tool_call>` blocks and Markdown JSON blocks, the shapes the grammar takes
+        for m in _BLOCKS.finditer(text):
+            chunk = m.group(1) if m.group(1) is not None else m.group(2)
             try:
                 calls.append(fmt.parse("<tool_call>\n" + chunk.strip() + "\n</tool_call>"))
             except CallParseError as exc:

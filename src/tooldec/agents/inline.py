@@ -6,7 +6,7 @@ import re
 
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController
-from tooldec.grammar.calls import CallFormat
+from tooldec.grammar.calls import CallFormat, with_aliases
 from tooldec.specs import ToolSet
 
 
@@ -21,9 +21,10 @@ def inline_controller(
     max_calls: int,
     stop: tuple[str, ...],
 ) -> CallController | FreeController:
-    """Guided: text until `trigger`, then a call of `tools` in `fmt`; unguided: free text whose calls are
-    found by `call_end` and parsed best-effort. Both return to text after a call, up to `max_calls`."""
+    """Guided: text until `trigger`, then a call of `tools` in `fmt` (a tool may be named by a unique suffix of
+    its name, see `with_aliases`); unguided: free text whose calls are found by `call_end` and parsed
+    best-effort. Both return to text after a call, up to `max_calls`."""
     if guided:
-        grammar = compiler.compile(tools, fmt)
+        grammar = compiler.compile(tools, with_aliases(fmt, tools))
         return CallController(grammar, trigger=trigger, after_call="text", max_calls=max_calls, stop=stop)
     return FreeController(compiler.vocab, call_end, fmt.parse, max_calls=max_calls, stop=stop)

@@ -21,7 +21,7 @@ import numpy as np
 from tooldec import _core
 from tooldec.automaton.forced import complete_utf8
 from tooldec.compiler import CompiledGrammar
-from tooldec.decoding.trigger import Trigger
+from tooldec.decoding.trigger import Trigger, Triggers, make_trigger
 from tooldec.errors import TokenRejectedError
 from tooldec.grammar.calls import CallParseError, ParsedCall
 from tooldec.guide import Guide
@@ -95,7 +95,10 @@ class _Snapshot(NamedTuple):
 class CallController:
     """Text mode until the trigger, tool mode guided by `grammar` until the call is complete, then `after_call`.
 
-    - `trigger=None`: the sequence is a call from its first token (the whole output is guided).
+    - `trigger=None`: the sequence is a call from its first token (the whole output is guided); several
+      triggers (`("<tool_call>", "```json")`): any opens a call, the first is the one a required call forces.
+      The guide starts after the trigger's text, also when the trigger is a control token the grammar spells
+      as text (`<tool_call>` as one special token before a `<tool_call>\n{...}` grammar).
     - `tool_choice`: "auto" lets the model choose, "required" starts in the call (the trigger is forced),
       "none" bans the trigger so no call can be written.
     - `after_call`: "stop" ends the sequence after the call, "text" returns to text mode (parallel calls,
@@ -107,7 +110,7 @@ class CallController:
         self,
         grammar: CompiledGrammar,
         *,
-        trigger: str | int | None = None,
+        trigger: str | int | Sequence[str | int] | None = None,
         tool_choice: ToolChoice = "auto",
         after_call: Literal["stop", "text"] = "stop",
         max_calls: int = 16,
@@ -119,7 +122,7 @@ class CallController:
         self.grammar = grammar
         self.prepared: PreparedVocab = grammar.index.prepared
         self.vocab = self.prepared.vocab
-        self.trigger = Trigger(self.prepared, trigger) if trigger is not None else None
+        self.trigger: Trigger | Triggers | None = make_trigger(self.prepared, trigger)
         self.tool_choice = tool_choice
         self.after_call = after_call
         self.max_calls = max_calls
@@ -135,6 +138,7 @@ class CallController:
         self._guide: Guide | None = None
         self._pending_trigger: list[int] = []
         self._history: list[_Snapshot] = []
+        self._unspelled = ""  # a control-token trigger the grammar does not spell, written before the call's text
         self.mode = Mode.TEXT
         if self.trigger is None or self.tool_choice == "required":
             self._enter_tool(forced=True)
@@ -153,18 +157,25 @@ class CallController:
         """The guide of the call being written, if any."""
         return self._guide
 
-    def _enter_tool(self, *, forced: bool) -> None:
-        """Switch to tool mode. A trigger the model wrote is walked through the guide; a forced one is pending."""
+    def _enter_tool(self, *, forced: bool, opened: Trigger | None = None) -> None:
+        """Switch to tool mode. The trigger (`opened`, or the first) is walked through the guide as text, a control
+        token only if the grammar spells it; a forced one is pending."""
         self.mode = Mode.TOOL
-        self._guide = self.grammar.guide()
+        self._guide = guide = self.grammar.guide()
+        self._unspelled = ""
         trig = self.trigger
         if trig is None:
             return
-        if trig.token_id is None:
-            for token in trig.tokens():
-                self._guide.advance(token)
+        opened = opened or (trig.first if isinstance(trig, Triggers) else trig)
+        spelled = self.vocab.encode(opened.opening) if opened.opening else []
+        for token in spelled:
+            if opened.token_id is not None and not guide.accepts(token):
+                guide.rollback(guide.num_tokens)
+                self._unspelled = opened.opening.decode()
+                break
+            guide.advance(token)  # a text trigger is always spelled by the grammar
         if forced:
-            self._pending_trigger = trig.tokens()
+            self._pending_trigger = opened.tokens()
 
     def mask_source(self) -> MaskSource:
         """This row's mask for the batch fill: the guide's state, a cached packed mask, or None (every token)."""
@@ -244,9 +255,10 @@ class CallController:
                 self.mode = Mode.DONE
                 return None
         trig = self.trigger
-        if trig is not None and self.tool_choice != "none" and trig.fired(self._tail, token_id):
+        opened = trig.opened(self._tail, token_id) if trig is not None and self.tool_choice != "none" else None
+        if opened is not None:
             self._tail = b""
-            self._enter_tool(forced=False)
+            self._enter_tool(forced=False, opened=opened)
         elif trig is not None:
             self._tail = (self._tail + token)[-max(trig.length, 1) :]
         return None
@@ -311,10 +323,7 @@ class CallController:
     def _finish_call(self) -> CallEvent:
         """Parse the finished call and move on to text mode or stop."""
         assert self._guide is not None
-        text = self._guide.text()
-        if self.trigger is not None and self.trigger.token_id is not None:
-            names = {v: k for k, v in self.vocab.special_ids.items()}
-            text = names.get(self.trigger.token_id, "") + text
+        text = self._unspelled + self._guide.text()
         fmt = self.grammar.format
         try:
             parse_all = getattr(fmt, "parse_all", None)

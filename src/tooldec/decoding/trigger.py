@@ -3,10 +3,13 @@
 In text mode a trigger may only be completed exactly at the end of a token: tokens that would complete it
 and run on (`<mult` when the trigger is `<`) are banned, so the whole call after the trigger is guided.
 With tool_choice "none" the trigger cannot be written at all. The text-mode masks are packed bitmasks built
-once per model and kept in the prepared vocabulary's mask cache.
+once per model and kept in the prepared vocabulary's mask cache. A format may have several triggers
+(`Triggers`: Qwen opens calls with `<tool_call>` or a Markdown ```` ```json ```` block); any of them opens a call.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -34,6 +37,9 @@ class Trigger:
                 self.token_id = special
             else:
                 self.text = trigger.encode()
+        names = {v: k for k, v in vocab.special_ids.items()}
+        self.opening: bytes = self.text or names.get(self.token_id, "").encode()
+        """The trigger as text: its own text, or the name of its control token (`<tool_call>`)."""
 
     def tokens(self) -> list[int]:
         """The tokens that write the trigger when it is forced: its control token, or its text's tokens."""
@@ -52,9 +58,13 @@ class Trigger:
             if allow:
                 return None
             return self.prepared.mask(("trigger-ban", self.token_id), self._build_ban)
+        started = self._started(tail)
+        return self.prepared.mask(("trigger", self.text, started, allow), lambda: self._build(started, allow))
+
+    def _started(self, tail: bytes) -> tuple[int, ...]:
+        """How much of the text trigger `tail` may already have written (each length of a prefix it ends with)."""
         t = self.text
-        started = tuple(k for k in range(1, len(t)) if tail.endswith(t[:k]))
-        return self.prepared.mask(("trigger", t, started, allow), lambda: self._build(started, allow))
+        return tuple(k for k in range(1, len(t)) if tail.endswith(t[:k]))
 
     def _build_ban(self) -> np.ndarray:
         """Every token but the control token."""
@@ -87,3 +97,46 @@ class Trigger:
             return token_id == self.token_id
         token = self.prepared.vocab.token_bytes[token_id]
         return bool(token) and (tail + token).endswith(self.text)
+
+    def opened(self, tail: bytes, token_id: int) -> Trigger | None:
+        """This trigger if `token_id` completes it, else None (the same question `Triggers` answers)."""
+        return self if self.fired(tail, token_id) else None
+
+
+class Triggers:
+    """Several triggers over one prepared vocabulary, any of which opens a call; the first is the one forced."""
+
+    def __init__(self, prepared: PreparedVocab, triggers: Sequence[str | int]) -> None:
+        """At least one trigger; each is checked as `Trigger` checks it."""
+        if not triggers:
+            raise ValueError("no trigger")
+        self.prepared = prepared
+        self.members = [Trigger(prepared, t) for t in triggers]
+        self.first = self.members[0]
+        self.length = max(m.length for m in self.members)
+        """Bytes of text to keep as the tail: enough for the longest trigger."""
+
+    def tokens(self) -> list[int]:
+        """The first trigger's tokens (what a required call forces)."""
+        return self.first.tokens()
+
+    def allowed_mask(self, tail: bytes, *, allow: bool) -> np.ndarray | None:
+        """The tokens every trigger allows after `tail` (None: every token), combined once per combination."""
+        masks = [m for m in (t.allowed_mask(tail, allow=allow) for t in self.members) if m is not None]
+        if len(masks) < 2:
+            return masks[0] if masks else None
+        key = ("triggers", tuple((m.token_id, m.text, m._started(tail)) for m in self.members), allow)
+        return self.prepared.mask(key, lambda: np.bitwise_and.reduce(np.stack(masks), axis=0))
+
+    def opened(self, tail: bytes, token_id: int) -> Trigger | None:
+        """The trigger `token_id` completes after `tail`, if any."""
+        return next((m for m in self.members if m.fired(tail, token_id)), None)
+
+
+def make_trigger(prepared: PreparedVocab, trigger: str | int | Sequence[str | int] | None) -> Trigger | Triggers | None:
+    """A Trigger for one text or control token, Triggers for several, None for none."""
+    if trigger is None:
+        return None
+    if isinstance(trigger, (str, int)):
+        return Trigger(prepared, trigger)
+    return Triggers(prepared, list(trigger)) if len(trigger) > 1 else Trigger(prepared, trigger[0])

@@ -6,7 +6,9 @@ grammars); its `run(item)` returns the record report.py summarises: prediction, 
 call the model started), `tokens_per_tool` (tool documentation in the prompt), `seconds` and
 `generated_tokens`. A call cut off by the token limit is marked `truncated` and is not a syntax error in any
 mode. Free and fuzzy calls are read with best-effort parsers; ToolDec's calls with the format's own parser.
-Fuzzy decoding maps every tool name to the nearest existing one before it runs or is scored.
+Fuzzy decoding maps every tool name to the nearest existing one before it runs or is scored. ToolDec may name a
+tool by a unique suffix of its name (`<children>` for `number_of_children`, see `with_aliases`); its calls are
+read with the same aliases, so they are scored under the tool's own name.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tooldec.agents.chat import FENCE_OPEN
 from tooldec.agents.executor import ToolExecutor, ToolResult
 from tooldec.agents.react import FINISH, ReactAgent, describe_tools, react_prompt
 from tooldec.agents.toolken import ToolkenAgent
@@ -37,7 +40,7 @@ from tooldec.eval.metrics import (
     parse_number,
 )
 from tooldec.eval.restbench_sim import RestSimulator
-from tooldec.grammar.calls import CallParseError, ParsedCall, ToolkenCall
+from tooldec.grammar.calls import Aliased, CallFormat, CallParseError, ParsedCall, get_format, with_aliases
 from tooldec.specs import ToolSet, ToolSpec, from_openai_tools
 from tooldec.toolsets.funcqa import FUNCQA_FUNCTIONS, funcqa_tools
 from tooldec.toolsets.kamel import kamel_tools
@@ -61,9 +64,11 @@ SIMULATED_NOTE = (
     "document (no network); only the plan of calls is scored (correct path rate)."
 )
 TOOLKEN_CALL = re.compile(r"<([A-Za-z_][\w.\-]*)>\(([^()]*)\)=$")
-HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>$", re.DOTALL)
+HERMES_CALL = re.compile(r"(?:<tool_call>(.*?)</tool_call>|```json\n(.*?)\n```)$", re.DOTALL)
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
+BLOCKS = ((TOOL_CALL_OPEN, TOOL_CALL_CLOSE), (FENCE_OPEN, "\n```"))
+"""The shapes a Hermes call is written in, in every decoding mode: tags, or a Markdown JSON block (Qwen)."""
 
 
 class EvalError(ToolDecError, ValueError):
@@ -92,13 +97,18 @@ class Benchmark:
 
 
 class LenientHermes:
-    """Best-effort reader of `<tool_call>{...}</tool_call>` for free decoding: any spacing, `parameters` too."""
+    """Best-effort reader of `<tool_call>{...}</tool_call>` or ```` ```json {...} ``` ```` for free decoding: any
+    spacing, `parameters` too."""
 
     name = "hermes-lenient"
 
     def parse(self, text: str) -> ParsedCall:
-        """The call between the tags (either tag may be missing); raises CallParseError."""
-        body = text.strip().removeprefix(TOOL_CALL_OPEN).removesuffix(TOOL_CALL_CLOSE).strip()
+        """The call between the tags or fences (either may be missing); raises CallParseError."""
+        body = text.strip()
+        for opening, closing in BLOCKS:
+            if body.startswith(opening) or body.endswith(closing.strip()):
+                body = body.removeprefix(opening).removesuffix(closing.strip()).strip()
+                break
         try:
             obj = json.loads(body)
         except ValueError as exc:
@@ -160,7 +170,7 @@ def _truncated(checker: SyntaxChecker, text: str) -> SyntaxCheck:
     m = _PARTIAL_NAME.get(checker.format.name, _PARTIAL_JSON_NAME).search(text)
     if m is not None:
         name, closed = m.group(1).strip(), m.group(2) is not None
-        names = checker.tools.names
+        names = [*checker.tools.names, *(checker.format.canonical if isinstance(checker.format, Aliased) else ())]
         if (closed and name not in names) or not any(n.startswith(name) for n in names):
             return SyntaxCheck("name", f"no tool named {name!r} (cut off by the token limit)")
     return SyntaxCheck("truncated", "cut off by the token limit")
@@ -205,17 +215,26 @@ def react_attempts(text: str, truncated: bool) -> list[Attempt]:
 
 
 def hermes_attempts(text: str, truncated: bool) -> list[Attempt]:
-    """Every `<tool_call>` up to its `</tool_call>` (or the next opening tag, or the end)."""
+    """Every `<tool_call>` up to its `</tool_call>`, every ```` ```json ```` up to its closing fence (or the next
+    opening, or the end)."""
     out = []
-    starts = [m.start() for m in re.finditer(re.escape(TOOL_CALL_OPEN), text)]
-    for i, start in enumerate(starts):
+    opening = re.compile("|".join(re.escape(o) for o, _ in BLOCKS))
+    found = [(m.start(), m.group(0)) for m in opening.finditer(text)]
+    closing = dict(BLOCKS)
+    starts = [s for s, _ in found]
+    for i, (start, tag) in enumerate(found):
         limit = starts[i + 1] if i + 1 < len(starts) else len(text)
-        end = text.find(TOOL_CALL_CLOSE, start, limit)
+        end = text.find(closing[tag], start + len(tag), limit)
         if end >= 0:
-            out.append(Attempt(text[start : end + len(TOOL_CALL_CLOSE)], True))
+            out.append(Attempt(text[start : end + len(closing[tag])], True))
         else:
             out.append(Attempt(text[start:limit].rstrip(), i + 1 < len(starts) or not truncated))
     return out
+
+
+def call_format(fmt: str, tools: ToolSet | Sequence[ToolSpec], decoding: str) -> CallFormat:
+    """The format ToolDec's calls are compiled and read in: `fmt` with the tools' suffix aliases; others' `fmt`."""
+    return with_aliases(fmt, tools) if decoding == "tooldec" else get_format(fmt)
 
 
 def _encode(lm: LoadedModel) -> Callable[[str], list[int]]:
@@ -273,14 +292,17 @@ def prepare(
     if tool_choice == "required" and (not benchmark.startswith("bfcl-") or benchmark == "bfcl-irrelevance"):
         raise EvalError(f"--tool-choice required applies to BFCL's call categories, not {benchmark!r}")
     if benchmark in ("funcqa-oh", "funcqa-mh"):
-        return _funcqa(benchmark, lm, decoding, root)
-    if benchmark == "kamel":
-        return _kamel(lm, decoding, root, tools or 30)
-    if benchmark in ("restbench-tmdb", "restbench-spotify"):
-        return _restbench(benchmark, lm, decoding, root, compressed)
-    if benchmark.startswith("bfcl-") and benchmark in BENCHMARKS:
-        return _bfcl(benchmark, lm, decoding, root, compressed, tool_choice)
-    raise EvalError(f"unknown benchmark {benchmark!r}; known: {', '.join(BENCHMARKS)}")
+        bench = _funcqa(benchmark, lm, decoding, root)
+    elif benchmark == "kamel":
+        bench = _kamel(lm, decoding, root, tools or 30)
+    elif benchmark in ("restbench-tmdb", "restbench-spotify"):
+        bench = _restbench(benchmark, lm, decoding, root, compressed)
+    elif benchmark.startswith("bfcl-") and benchmark in BENCHMARKS:
+        bench = _bfcl(benchmark, lm, decoding, root, compressed, tool_choice)
+    else:
+        raise EvalError(f"unknown benchmark {benchmark!r}; known: {', '.join(BENCHMARKS)}")
+    bench.config["tool_names"] = "names and unique suffixes" if decoding == "tooldec" else "names"
+    return bench
 
 
 def _funcqa(benchmark: str, lm: LoadedModel, decoding: str, root: str | None) -> Benchmark:
@@ -292,7 +314,7 @@ def _funcqa(benchmark: str, lm: LoadedModel, decoding: str, root: str | None) ->
     agent = ToolkenAgent(
         lm, executor_cls(FUNCQA_FUNCTIONS, tools), guided=decoding == "tooldec", max_new_tokens=max_new
     )
-    checker = SyntaxChecker(tools, "toolken")
+    checker = SyntaxChecker(tools, call_format("toolken", tools, decoding))
     tool_line = data.template.splitlines()[0]
     per_tool = len(_encode(lm)(tool_line)) / len(tools)
 
@@ -356,9 +378,9 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
     relations, rel_files = datasets.load_kamel_relations(root)
     kt = kamel_tools(relations, k)
     names = list(kt.tools.names)
-    fmt = ToolkenCall()
-    checker = SyntaxChecker(kt.tools, "toolken")
-    grammar = lm.compiler.compile(kt.tools, "toolken") if decoding == "tooldec" else None
+    fmt = call_format("toolken", kt.tools, decoding)
+    checker = SyntaxChecker(kt.tools, fmt)
+    grammar = lm.compiler.compile(kt.tools, fmt) if decoding == "tooldec" else None
     per_tool = len(_encode(lm)(", ".join(names))) / len(names)
     decoder = Decoder(lm.model, lm.vocab)
     max_new = 48
@@ -451,7 +473,8 @@ def _restbench(
         max_new_tokens=max_new,
         prompt_builder=builder,
     )
-    checker = SyntaxChecker(ToolSet([*tools, FINISH]), "react")
+    acting = ToolSet([*tools, FINISH])
+    checker = SyntaxChecker(acting, call_format("react", acting, decoding))
     encode = _encode(lm)
     full_text = describe_tools(tools)
     shown = compressed_block(tools, dict(compressed)) if compressed is not None else full_text
@@ -572,9 +595,9 @@ def _bfcl(
         messages = bfcl_messages(item.question[0], specs, tool_text, uses_tools)
         prompt = lm.encode_chat(messages, tools=openai_tools if uses_tools else None)
         if decoding == "tooldec":
-            grammar = compiler.compile(specs, "hermes")
+            grammar = compiler.compile(specs, call_format("hermes", specs, decoding))
             return prompt, CallController(
-                grammar, trigger=TOOL_CALL_OPEN, tool_choice=choice, after_call="text", max_calls=max_calls
+                grammar, trigger=[o for o, _ in BLOCKS], tool_choice=choice, after_call="text", max_calls=max_calls
             )
         return prompt, FreeController(
             lm.vocab, HERMES_CALL, LenientHermes().parse, after_call="text", max_calls=max_calls, start=start_tokens
@@ -593,7 +616,7 @@ def _bfcl(
         tool_text, _ = _bfcl_tools(specs, compressed)
         full_text, _ = _bfcl_tools(specs, None)
         parse = None if decoding == "tooldec" else LenientHermes().parse
-        checker = SyntaxChecker(specs, "hermes")
+        checker = SyntaxChecker(specs, call_format("hermes", specs, decoding))
         attempts = hermes_attempts(gen.text, gen.finish_reason == "length")
         kind, calls = verdicts(checker, attempts, fuzzy=fuzzy, parse=parse)
         made = []

@@ -173,22 +173,36 @@ class PythonCall:
 
 @dataclass(frozen=True)
 class Wrapped:
-    """Another format between fixed text, e.g. Hermes/Qwen `<tool_call>\\n{...}\\n</tool_call>`."""
+    """Another format between fixed text, e.g. Hermes/Qwen `<tool_call>\\n{...}\\n</tool_call>`; `also` holds other
+    (prefix, suffix) pairs a call may be written between (Qwen's Markdown ```` ```json\\n{...}\\n``` ````)."""
 
     inner: CallFormat
     prefix: str
     suffix: str
     name: str = "wrapped"
+    also: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def pairs(self) -> tuple[tuple[str, str], ...]:
+        """Every (prefix, suffix) pair, the canonical one first."""
+        return ((self.prefix, self.suffix), *self.also)
+
+    @property
+    def openings(self) -> tuple[str, ...]:
+        """The prefixes without their trailing newline: the triggers that open a call (`<tool_call>`, ```` ```json ````)."""
+        return tuple(p.rstrip("\n") for p, _ in self.pairs)
 
     def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
-        """IR of every valid call of `tool` (named by its name or one of `names`)."""
-        return seq(lit(self.prefix), self.inner.call(tool, max_ref_depth=max_ref_depth, names=names), lit(self.suffix))
+        """IR of every valid call of `tool` (named by its name or one of `names`), between any pair."""
+        body = self.inner.call(tool, max_ref_depth=max_ref_depth, names=names)
+        return alt(*(seq(lit(p), body, lit(s)) for p, s in self.pairs))
 
     def parse(self, text: str) -> ParsedCall:
         """The call written in `text`; raises CallParseError."""
-        if not (text.startswith(self.prefix) and text.endswith(self.suffix)):
-            raise CallParseError(f"call not between {self.prefix!r} and {self.suffix!r}: {text!r}")
-        return self.inner.parse(text[len(self.prefix) : len(text) - len(self.suffix)])
+        for prefix, suffix in self.pairs:
+            if text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix):
+                return self.inner.parse(text[len(prefix) : len(text) - len(suffix)])
+        raise CallParseError(f"call not between {self.prefix!r} and {self.suffix!r}: {text!r}")
 
     def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
         """The canonical text of a call (what the grammar generates for these arguments)."""
@@ -432,7 +446,7 @@ def with_aliases(fmt: str | CallFormat, tools: Iterable[ToolSpec]) -> CallFormat
 FORMATS: dict[str, CallFormat] = {
     "json": JsonCall(),
     "python": PythonCall(),
-    "hermes": Wrapped(JsonCall(), "<tool_call>\n", "\n</tool_call>", name="hermes"),
+    "hermes": Wrapped(JsonCall(), "<tool_call>\n", "\n</tool_call>", name="hermes", also=(("```json\n", "\n```"),)),
     "toolken": ToolkenCall(),
     "react": ReactCall(),
     "llama31": JsonCall(name="llama31", arguments_key="parameters"),

@@ -1,0 +1,95 @@
+"""Several triggers per format (`<tool_call>` or a Markdown ```json block), control-token triggers the grammar
+spells as text, and the free baseline reading the same shapes."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tooldec.agents.chat import CHAT_SYNTAXES, parse_free_calls
+from tooldec.compiler import Compiler
+from tooldec.decoding import CallController
+from tooldec.decoding.trigger import Triggers
+from tooldec.eval.runners import BLOCKS, LenientHermes, hermes_attempts
+from tooldec.grammar.calls import get_format
+from tooldec.specs import ToolSpec
+from tooldec.vocab import Vocabulary
+
+TOOLS = [ToolSpec("get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})]
+CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+OPENINGS = [o for o, _ in BLOCKS]
+
+
+def _feed(ctrl: CallController, vocab: Vocabulary, *texts: str) -> list:
+    events = []
+    for text in texts:
+        events += ctrl.accept_tokens(vocab.encode(text))
+    return events
+
+
+def test_either_trigger_opens_a_guided_call(bytelevel_vocab: Vocabulary) -> None:
+    grammar = Compiler(bytelevel_vocab).compile(TOOLS, "hermes")
+    special = bytelevel_vocab.encode("Sure. ") + [bytelevel_vocab.special_ids["<tool_call>"]]  # one token here
+    for opening, rest in [(bytelevel_vocab.encode("Sure. ```json"), f"\n{CALL}\n```"),
+                          (special, f"\n{CALL}\n</tool_call>")]:
+        ctrl = CallController(grammar, trigger=OPENINGS)
+        assert isinstance(ctrl.trigger, Triggers)
+        assert not ctrl.accept_tokens(opening) and ctrl.guide is not None
+        [event] = _feed(ctrl, bytelevel_vocab, rest)
+        assert event.calls[0].name == "get_weather" and event.calls[0].arguments == {"city": "Paris"}
+        assert event.text.endswith(rest) and event.text.removesuffix(rest) in OPENINGS
+    required = CallController(grammar, trigger=OPENINGS, tool_choice="required")
+    assert required.forced() == [bytelevel_vocab.special_ids["<tool_call>"]]
+    assert CallController(grammar, trigger=OPENINGS[::-1], tool_choice="required").forced() == \
+        bytelevel_vocab.encode("```json")
+
+
+def test_a_control_token_trigger_the_grammar_spells_is_not_expected_twice(bytelevel_vocab: Vocabulary) -> None:
+    # `<tool_call>` is one special token of the fixture: the guide starts after its text
+    special = bytelevel_vocab.special_ids["<tool_call>"]
+    grammar = Compiler(bytelevel_vocab).compile(TOOLS, "hermes")
+    ctrl = CallController(grammar, trigger="<tool_call>")
+    assert ctrl.trigger is not None and ctrl.trigger.token_id == special
+    ctrl.accept_token(special)
+    [event] = _feed(ctrl, bytelevel_vocab, f"\n{CALL}\n</tool_call>")
+    assert event.text == f"<tool_call>\n{CALL}\n</tool_call>" and event.calls[0].name == "get_weather"
+    # a grammar that does not spell it (a bare JSON call after the token) starts at its own start
+    ctrl = CallController(Compiler(bytelevel_vocab).compile(TOOLS, "json"), trigger="<tool_call>")
+    ctrl.accept_token(special)
+    [event] = _feed(ctrl, bytelevel_vocab, CALL)
+    assert event.text == "<tool_call>" + CALL and event.calls[0].arguments == {"city": "Paris"}
+
+
+def _allowed(tail: bytes, token: bytes, triggers: list[bytes]) -> bool:
+    """No trigger may end inside the token: only at its end (or before it)."""
+    text = tail + token
+    for t in triggers:
+        for end in range(len(tail) + 1, len(text)):
+            if text[:end].endswith(t):
+                return False
+    return True
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from(["", "`", "``", "```", "```js", "<", "<tool", "x"]))
+def test_several_triggers_ban_every_token_that_runs_past_any(bytelevel_vocab: Vocabulary, tail: str) -> None:
+    grammar = Compiler(bytelevel_vocab).compile(TOOLS, "hermes")
+    trig = CallController(grammar, trigger=[*OPENINGS, "ab"]).trigger
+    assert isinstance(trig, Triggers)
+    texts = [b"```json", b"ab"]  # `<tool_call>` is a control token in this vocabulary
+    mask = trig.allowed_mask(tail.encode(), allow=True)
+    for token_id, token in enumerate(bytelevel_vocab.token_bytes):
+        if token:
+            bit = bool((int(mask[token_id >> 5]) >> (token_id & 31)) & 1)
+            assert bit == _allowed(tail.encode(), token, texts), (tail, token)
+
+
+def test_the_free_baseline_reads_the_same_shapes() -> None:
+    text = f"Here: ```json\n{CALL}\n```\nand <tool_call>\n{CALL}\n</tool_call> then <tool_call>\n" + '{"na'
+    attempts = hermes_attempts(text, truncated=True)
+    assert [a.complete for a in attempts] == [True, True, False]
+    assert [LenientHermes().parse(a.text).name for a in attempts[:2]] == ["get_weather"] * 2
+    assert [get_format("hermes").parse(a.text).arguments for a in attempts[:2]] == [{"city": "Paris"}] * 2
+    calls, errors = parse_free_calls(text, CHAT_SYNTAXES["hermes"])
+    assert [c.name for c in calls] == ["get_weather"] * 2 and len(errors) == 1
+    assert CHAT_SYNTAXES["hermes"].triggers == ("<tool_call>", "```json")
