@@ -79,8 +79,13 @@ class Decoder:
         jump_forward: bool = True,
         on_call: OnCall | None = None,
         prefix: PromptPrefix | None = None,
+        explain: bool = False,
     ) -> list[Generation]:
         """Decode every prompt until its controller is done or `max_new_tokens` are generated.
+
+        With `explain`, every sampled step whose mask banned a token is recorded in `extra["guided_steps"]`
+        as (position, probability mass the mask removed, the token the model preferred, the token taken,
+        whether the preferred token was banned); the softmax this needs is computed only then.
 
         `on_call(row, event)` runs when a row finishes a call; the text it returns (a tool's result) is
         appended to that row in text mode and decoding goes on; None ends the row. With `prefix`, the
@@ -120,14 +125,17 @@ class Decoder:
                     rows.append(row)
             if not rows:
                 break
+            raw = logits[rows].clone() if explain else None
             t_mask = time.perf_counter()
             fill_bitmasks([controllers[r] for r in rows], bitmask, rows)
             apply_token_bitmask_inplace(logits, bitmask, rows)
             share = (time.perf_counter() - t_mask) / len(rows)
-            for row in rows:
+            for i, row in enumerate(rows):
                 gens[row].guidance_seconds += share
                 ctrl, gen = controllers[row], gens[row]
                 token = sample_token(logits[row], params, generator)
+                if raw is not None:
+                    _explain(gen, raw[i], logits[row], token)
                 gen.sampled_tokens += 1
                 pending[row].append(token)
                 self._feed(row, ctrl, gen, token, pending[row], on_call)
@@ -230,6 +238,17 @@ class Decoder:
 
 STEP_OVERHEAD_TOKENS = 16
 """A forward pass's fixed cost (Python, kernel launches) in token positions, for `feed_width`."""
+
+
+def _explain(gen: Generation, raw: torch.Tensor, masked: torch.Tensor, token: int) -> None:
+    """Record a step whose mask banned tokens: where, the model's probability mass on them, its top token."""
+    allowed = torch.isfinite(masked)
+    if bool(allowed.all()):
+        return
+    removed = float(1.0 - torch.softmax(raw, dim=-1)[allowed].sum())
+    preferred = int(torch.argmax(raw))
+    step = (gen.sampled_tokens + gen.forced_tokens, max(removed, 0.0), preferred, token, not bool(allowed[preferred]))
+    gen.extra.setdefault("guided_steps", []).append(step)
 
 
 def feed_width(pending: Sequence[int], overhead: int = STEP_OVERHEAD_TOKENS) -> int:
