@@ -149,3 +149,20 @@ def test_rows_mark_forced_calls_and_compressed_descriptions() -> None:
 
 def test_markdown_table_of_no_rows() -> None:
     assert markdown_table([]).count("\n") == 2
+
+
+def test_guidance_is_summarised_on_correct_and_wrong_items() -> None:
+    records = _records(4)  # items 0 and 2 are correct
+    for i, r in enumerate(records):
+        r["guidance"] = {"guided_steps": 3, "removed_sum": 0.1 * (i + 1), "removed_max": 0.05 * (i + 1),
+                         "overrides": i, "where": []}
+    records.append({"id": "free", "decoding": "free", "correct": False})
+    summary = summarize(records, "tooldec")
+    assert "guidance" not in summary["free"]
+    g = summary["tooldec"]["guidance"]
+    assert g["items_correct"] == 2 and g["items_wrong"] == 2
+    assert g["removed_sum_correct"] == pytest.approx(0.2) and g["removed_sum_wrong"] == pytest.approx(0.3)
+    assert g["removed_max_wrong"] == pytest.approx(0.15) and g["overrides_per_item"] == 1.5
+    table = markdown_table(result_rows([{"config": {"benchmark": "kamel", "tools": 30}, "model": "m",
+                                         "summary": summary}]))
+    assert "| kamel | m | 30 | 2 / 2 | 0.200 | 0.300 | 0.100 | 0.150 | 1.50 |" in table

@@ -224,6 +224,9 @@ def run(
         True, "--prefix-cache/--no-prefix-cache", help="Keep the prompt's fixed start's KV cache on disk (warm start)."
     ),
     threads: int | None = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: idle cores)."),
+    explain: bool = typer.Option(
+        False, "--explain", help="Show where guidance overrode the model (probability mass removed per step)."
+    ),
 ) -> None:
     """Answer a question with tools: the model reasons, calls tools (guided), reads results, answers."""
     from tooldec.agents.executor import load_executor
@@ -239,7 +242,8 @@ def run(
     except (ToolDecError, OSError, ImportError, ValueError) as exc:
         _fail(str(exc))
     mode = format or ("toolken" if tools is None else "react")
-    common = {"guided": guidance, "jump_forward": jump_forward, "params": params, "max_new_tokens": max_new_tokens}
+    common = {"guided": guidance, "jump_forward": jump_forward, "params": params, "max_new_tokens": max_new_tokens,
+              "explain": explain}
     try:
         agent, render = make_agent(lm, executor, mode, tool_choice=tool_choice, **common)
         with Stages().stage("answer", f"{lm.name}, {mode}") as stage, quiet_libraries():
@@ -249,8 +253,11 @@ def run(
                            f"{'read from' if warm['stored'] else 'computed and written to'} the prefix cache")
     except (ToolDecError, ValueError) as exc:
         _fail(str(exc))
+    from tooldec.agents.explain import describe, summarize
+
+    guidance_summary = {"guidance": summarize(result.guided, lm.vocab)} if explain else {}
     if as_json:
-        print(json.dumps({**result.to_dict(), "warm_start": warm}, ensure_ascii=False))
+        print(json.dumps({**result.to_dict(), "warm_start": warm, **guidance_summary}, ensure_ascii=False))
         return
     out = Console()
     out.print(f"[bold]{lm.name}[/bold] ({mode}, guidance {'on' if guidance else 'off'})")
@@ -259,6 +266,8 @@ def run(
         shown = call.observation()
         out.print(f"[cyan]call[/cyan] {call.name}({json.dumps(call.arguments)}) -> {shown}", highlight=False)
     out.print(f"[bold]answer:[/bold] {result.answer}", highlight=False)
+    for line in describe(guidance_summary["guidance"]) if explain else []:
+        out.print(line, markup=False, highlight=False)
     err.print(f"{result.tokens} tokens in {result.seconds:.1f} s ({result.forced_tokens} forced by jump-forward)")
 
 

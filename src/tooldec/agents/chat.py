@@ -99,6 +99,8 @@ class ChatAgent:
     syntax: str | None = None
     max_rounds: int = 4
     max_new_tokens: int = 256
+    explain: bool = False
+    """Record where guidance overrode the model (AgentResult.guided)."""
 
     def messages_for(self, question: str) -> list[dict[str, Any]]:
         """The opening messages: the tool instructions (when the template lacks them) and the question."""
@@ -141,6 +143,7 @@ class ChatAgent:
                 self.params,
                 max_new_tokens=self.max_new_tokens,
                 jump_forward=self.jump_forward,
+                explain=self.explain,
             )[0]
             totals.add_cost(gen)
             totals.text += gen.text

@@ -65,6 +65,8 @@ class ReactAgent:
     jump_forward: bool = True
     params: SamplingParams = field(default_factory=SamplingParams)
     max_steps: int = 6
+    explain: bool = False
+    """Record where guidance overrode the model (AgentResult.guided)."""
     max_new_tokens: int = 512
     prompt_builder: Callable[[str, ToolSet], str] = react_prompt
 
@@ -110,6 +112,7 @@ class ReactAgent:
             jump_forward=self.jump_forward,
             on_call=on_call,
             prefix=prefix,
+            explain=self.explain,
         )
         for gen, result in zip(gens, out, strict=True):
             result.text = gen.text.strip()

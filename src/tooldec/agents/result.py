@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tooldec.agents.executor import ToolResult
+from tooldec.agents.explain import GuidedStep, guided_steps
 from tooldec.decoding.decoder import Generation
 
 
@@ -23,6 +24,8 @@ class AgentResult:
     forward_passes: int = 0
     forced_tokens: int = 0
     errors: list[str] = field(default_factory=list)
+    guided: list[GuidedStep] = field(default_factory=list)
+    """Guided steps, when the agent explains (positions count the tokens of every decoding run in turn)."""
 
     def record(self, result: ToolResult) -> ToolResult:
         """Keep a call's result; a failed call's error also joins `errors`. Returns `result`."""
@@ -32,7 +35,9 @@ class AgentResult:
         return result
 
     def add_cost(self, gen: Generation) -> None:
-        """Count one decoding run's tokens, time and forward passes into this result (agents may run several)."""
+        """Count one decoding run's tokens, time, forward passes and guided steps into this result (agents may
+        run several)."""
+        self.guided += guided_steps(gen.extra.get("guided_steps", ()), offset=self.tokens)
         self.tokens += gen.sampled_tokens + gen.forced_tokens
         self.seconds += gen.seconds
         self.model_seconds += gen.model_seconds

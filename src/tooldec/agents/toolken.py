@@ -60,6 +60,8 @@ class ToolkenAgent:
     guided: bool = True
     jump_forward: bool = True
     params: SamplingParams = field(default_factory=SamplingParams)
+    explain: bool = False
+    """Record where guidance overrode the model (AgentResult.guided)."""
     max_new_tokens: int = 96
     max_calls: int = 8
 
@@ -109,6 +111,7 @@ class ToolkenAgent:
             jump_forward=self.jump_forward,
             on_call=on_call,
             prefix=prefix,
+            explain=self.explain,
         )
         for gen, result in zip(gens, out, strict=True):
             answer_text = gen.text

@@ -2,7 +2,8 @@
 
 A record is a JSON object per benchmark item. The fields the summary reads are all optional:
 `id`, `decoding` (else the run's), `correct` (bool), `syntax_error` (None, "format", "name" or "argument"),
-`seconds`, `generated_tokens` and `tokens_per_tool`. A run writes `results.json` with its config, model,
+`seconds`, `generated_tokens`, `tokens_per_tool` and `guidance` (ToolDec's diagnostics: the probability mass its
+masks removed, summed and at most, and its overrides of the model). A run writes `results.json` with its config, model,
 the sha256 of every data file, the records and a summary per decoding mode; `results.md` with the table;
 and `accuracy_errors.png`, plus `kamel_tools.png` when KAMEL runs at several tool counts are summarised.
 """
@@ -50,7 +51,21 @@ def _summary(records: list[Mapping[str, Any]]) -> dict[str, Any]:
         "seconds_per_item": _mean(r.get("seconds") for r in records),
         "generated_tokens_per_item": _mean(r.get("generated_tokens") for r in records),
         "tokens_per_tool": _mean(r.get("tokens_per_tool") for r in records),
+        **({"guidance": _guidance(records)} if any("guidance" in r for r in records) else {}),
     }
+
+
+def _guidance(records: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Mean mass removed per item (sum over its guided steps, and its largest step) on correct and on wrong
+    items, and overrides per item: does guidance that fights the model harder go with wrong answers?"""
+    out: dict[str, Any] = {}
+    for label, flag in (("correct", True), ("wrong", False)):
+        group = [r["guidance"] for r in records if "guidance" in r and bool(r.get("correct")) is flag]
+        out[f"items_{label}"] = len(group)
+        out[f"removed_sum_{label}"] = _mean(g.get("removed_sum") for g in group)
+        out[f"removed_max_{label}"] = _mean(g.get("removed_max") for g in group)
+    out["overrides_per_item"] = _mean(r["guidance"].get("overrides") for r in records if "guidance" in r)
+    return out
 
 
 def _mean(values: Iterable[Any]) -> float | None:
@@ -190,9 +205,27 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], *, notes: Sequence[str] = 
         ]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     text = "\n".join(lines) + "\n"
+    guided = [row for row in rows if row.get("guidance")]
+    if guided:
+        text += "\n" + guidance_table(guided)
     if notes:
         text += "\n" + "\n".join(f"- {note}" for note in notes) + "\n"
     return text
+
+
+def guidance_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """ToolDec's diagnostics per run: probability mass removed per item on correct vs wrong items, overrides."""
+    header = ["benchmark", "model", "tools", "n correct / wrong", "mass removed/item, correct", "wrong",
+              "largest step, correct", "wrong", "overrides/item"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        g = row["guidance"]
+        cells = [row.get("benchmark", ""), row.get("model", ""), "" if row.get("tools") is None else row["tools"],
+                 f"{g['items_correct']} / {g['items_wrong']}", _num(g["removed_sum_correct"], 3),
+                 _num(g["removed_sum_wrong"], 3), _num(g["removed_max_correct"], 3), _num(g["removed_max_wrong"], 3),
+                 _num(g["overrides_per_item"], 2)]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def write_comparison(

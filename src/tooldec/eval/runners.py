@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from tooldec.agents.chat import FENCE_OPEN
 from tooldec.agents.executor import ToolExecutor, ToolResult
+from tooldec.agents.explain import guided_steps, summarize
 from tooldec.agents.react import FINISH, ReactAgent, describe_tools, react_prompt
 from tooldec.agents.toolken import ToolkenAgent
 from tooldec.backends.loader import LoadedModel
@@ -237,6 +238,11 @@ def call_format(fmt: str, tools: ToolSet | Sequence[ToolSpec], decoding: str) ->
     return with_aliases(fmt, tools) if decoding == "tooldec" else get_format(fmt)
 
 
+def _guidance(lm: LoadedModel, steps: Sequence[Any], decoding: str) -> dict[str, Any]:
+    """A ToolDec record's `guidance` field: the mass its masks removed and where they overrode the model."""
+    return {"guidance": summarize(steps, lm.vocab)} if decoding == "tooldec" else {}
+
+
 def _encode(lm: LoadedModel) -> Callable[[str], list[int]]:
     """Token ids of a text without special tokens."""
     return lambda text: lm.tokenizer.encode(text, add_special_tokens=False)
@@ -312,7 +318,8 @@ def _funcqa(benchmark: str, lm: LoadedModel, decoding: str, root: str | None) ->
     executor_cls = FuzzyExecutor if decoding == "fuzzy" else ToolExecutor
     max_new = 160 if data.split == "mh" else 112
     agent = ToolkenAgent(
-        lm, executor_cls(FUNCQA_FUNCTIONS, tools), guided=decoding == "tooldec", max_new_tokens=max_new
+        lm, executor_cls(FUNCQA_FUNCTIONS, tools), guided=decoding == "tooldec", max_new_tokens=max_new,
+        explain=decoding == "tooldec",
     )
     checker = SyntaxChecker(tools, call_format("toolken", tools, decoding))
     tool_line = data.template.splitlines()[0]
@@ -345,6 +352,7 @@ def _funcqa(benchmark: str, lm: LoadedModel, decoding: str, root: str | None) ->
                     tokens_per_tool=per_tool,
                     generated_tokens=result.tokens,
                     forced_tokens=result.forced_tokens,
+                    **_guidance(lm, result.guided, decoding),
                 )
             )
         return records
@@ -397,7 +405,7 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
             for _ in batch
         ]
         prompts = [encode(kamel_prompt(item.question, names)) for item in batch]
-        gens = decoder.generate(prompts, controllers, max_new_tokens=max_new, prefix=prefix)
+        gens = decoder.generate(prompts, controllers, max_new_tokens=max_new, prefix=prefix, explain=grammar is not None)
         seconds = _share(started, batch)
         return [_kamel_record(item, gen, seconds) for item, gen in zip(batch, gens, strict=True)]
 
@@ -425,6 +433,7 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
             tokens_per_tool=per_tool,
             generated_tokens=gen.sampled_tokens + gen.forced_tokens,
             forced_tokens=gen.forced_tokens,
+            **_guidance(lm, guided_steps(gen.extra.get("guided_steps", ())), decoding),
         )
 
     return Benchmark(
@@ -472,6 +481,7 @@ def _restbench(
         max_steps=5,
         max_new_tokens=max_new,
         prompt_builder=builder,
+        explain=decoding == "tooldec",
     )
     acting = ToolSet([*tools, FINISH])
     checker = SyntaxChecker(acting, call_format("react", acting, decoding))
@@ -509,6 +519,7 @@ def _restbench(
                     tokens_per_tool_uncompressed=per_tool_full,
                     generated_tokens=result.tokens,
                     forced_tokens=result.forced_tokens,
+                    **_guidance(lm, result.guided, decoding),
                 )
             )
         return records
@@ -606,7 +617,7 @@ def _bfcl(
     def run_batch(batch: Sequence[datasets.BfclItem]) -> list[dict[str, Any]]:
         started = time.perf_counter()
         prompts, controllers = zip(*(start(item) for item in batch), strict=True)
-        gens = decoder.generate(list(prompts), list(controllers), max_new_tokens=max_new)
+        gens = decoder.generate(list(prompts), list(controllers), max_new_tokens=max_new, explain=decoding == "tooldec")
         seconds = _share(started, batch)
         return [score(item, gen, seconds) for item, gen in zip(batch, gens, strict=True)]
 
@@ -649,6 +660,7 @@ def _bfcl(
             tokens_per_tool_uncompressed=len(encode(full_text)) / len(specs),
             generated_tokens=gen.sampled_tokens + gen.forced_tokens,
             forced_tokens=gen.forced_tokens,
+            **_guidance(lm, guided_steps(gen.extra.get("guided_steps", ())), decoding),
         )
 
     notes = [] if uses_tools else [
