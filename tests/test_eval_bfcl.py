@@ -195,9 +195,21 @@ def test_parallel_matches_in_any_order() -> None:
     assert check_entry("parallel_multiple", [ADD, MUL], twice, answer).error_type == "cannot_find_match"
 
 
-def test_parallel_finds_a_matching_where_greedy_would_fail() -> None:
+def test_parallel_matches_greedily_as_bfcl_does() -> None:
+    # the first answer takes the first call that fits it (a=1), leaving a=2 for an answer that wants a=1
     answer = [{"add": {"a": [1, 2]}}, {"add": {"a": [1]}}]
-    assert check_entry("parallel", [ADD], [("add", {"a": 1}), ("add", {"a": 2})], answer).valid
+    assert check_entry("parallel", [ADD], [("add", {"a": 1}), ("add", {"a": 2})], answer).error_type == \
+        "cannot_find_match"
+    assert check_entry("parallel", [ADD], [("add", {"a": 2}), ("add", {"a": 1})], answer).valid
+
+
+def test_an_optional_list_may_be_empty_as_in_bfcl() -> None:
+    tags = {"name": "tag", "parameters": {"type": "dict", "properties": {"t": {"type": "array", "items": {"type": "string"}}},
+                                          "required": []}}
+    answer = [{"tag": {"t": [["x"], ""]}}]
+    assert check_entry("simple", [tags], [("tag", {"t": []})], answer).valid
+    assert check_entry("simple", [tags], [("tag", {"t": ["X"]})], answer).valid
+    assert not check_entry("simple", [tags], [("tag", {"t": ["y"]})], answer).valid
 
 
 def test_irrelevance_is_correct_without_calls() -> None:
@@ -278,6 +290,11 @@ SHARED = Path(os.environ.get("TOOLDEC_SHARED", "../shared"))
 CATEGORIES = ["simple", "multiple", "parallel", "parallel_multiple", "irrelevance"]
 
 
+GREEDY_MISSES = {"parallel_178"}
+"""Entries whose calls in reverse order BFCL fails: its first answer accepts company Microsoft or Apple, and its
+greedy matching gives it an Apple call that a later answer needed."""
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (SHARED / "data" / "bfcl").is_dir(), reason="../shared/data/bfcl is not present")
 @pytest.mark.parametrize("category", CATEGORIES)
@@ -291,7 +308,8 @@ def test_real_possible_answers_accept_their_first_options(category: str) -> None
         result = check_entry(category, item.functions, calls, item.possible_answer)
         assert result.valid, (item.id, result)
         if len(calls) > 1:
-            assert check_entry(category, item.functions, calls[::-1], item.possible_answer).valid
+            reversed_ok = check_entry(category, item.functions, calls[::-1], item.possible_answer).valid
+            assert reversed_ok == (item.id not in GREEDY_MISSES), item.id
         if calls:
             assert not check_entry(category, item.functions, calls[1:], item.possible_answer).valid
 

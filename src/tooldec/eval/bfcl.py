@@ -11,14 +11,16 @@ Written from the rules of BFCL's AST checker, not from its code:
   is compared as is;
 - strings are compared after BFCL's standardisation: spaces and `,./-_*^` removed, lower case, `'` read as
   `"`; strings inside lists and as dict values too; lists are compared in order, item by item; list items
-  must have the documented item type (or the type of the possible answer's items);
+  must have the documented item type (or the type of the possible answer's items); as in BFCL, a string option
+of a list parameter reads as the list of its characters, so an optional list (`""` among its options) may be `[]`;
 - a dict value must match one possible dict: no unknown keys, each value in the key's list, and keys left
   out only when their list holds `""`; a list of dicts must match one possible list dict by dict, in order;
 - a possible-answer parameter may be left out only when its list holds `""`.
 
 Categories: `simple` needs exactly one call; `multiple` exactly one call, of the function the answer names;
-`parallel` and `parallel_multiple` as many calls as answers, matched one to one in any order (a maximum
-bipartite matching, where BFCL matches greedily; the two differ only when a call fits several answers);
+`parallel` and `parallel_multiple` as many calls as answers, matched one to one in any order, greedily as BFCL
+does (each answer in turn takes the first call left that fits it, so a call that fits several answers may be
+taken by the wrong one: BFCL then fails the entry, and so do we, to score as the leaderboard does);
 `irrelevance` is correct when there is no call at all (BFCL also counts undecodable output as no call).
 """
 
@@ -136,29 +138,19 @@ def check_entry(
 def _match_unordered(
     docs: Sequence[Any], made: list[Call], answers: Sequence[Mapping[str, Mapping[str, list[Any]]]]
 ) -> MatchResult:
-    """A one-to-one assignment of calls to answers where every pair matches (augmenting paths)."""
-    fits = [
-        [check_call(doc, call, answer) for call in made] for doc, answer in zip(docs, answers, strict=True)
-    ]
-    owner: dict[int, int] = {}
-
-    def assign(a: int, seen: set[int]) -> bool:
-        for c, result in enumerate(fits[a]):
-            if result.valid and c not in seen:
-                seen.add(c)
-                if c not in owner or assign(owner[c], seen):
-                    owner[c] = a
-                    return True
-        return False
-
-    for a in range(len(answers)):
-        if not assign(a, set()):
-            reasons = sorted({r.error_type for r in fits[a]})
+    """BFCL's matching: each answer in turn takes the first call not yet taken that fits it."""
+    taken: set[int] = set()
+    for a, (doc, answer) in enumerate(zip(docs, answers, strict=True)):
+        results = {c: check_call(doc, call, answer) for c, call in enumerate(made) if c not in taken}
+        fit = next((c for c, r in results.items() if r.valid), None)
+        if fit is None:
+            reasons = sorted({r.error_type for r in results.values()})
             return MatchResult(
                 False,
                 "cannot_find_match",
-                f"no call matches answer {a} ({next(iter(answers[a]))}); per-call errors: {', '.join(reasons)}",
+                f"no call matches answer {a} ({next(iter(answer))}); per-call errors: {', '.join(reasons)}",
             )
+        taken.add(fit)
     return _OK
 
 
@@ -196,7 +188,9 @@ def _check_value(param: str, value: Any, doc: Mapping[str, Any], options: list[A
         item_doc = doc.get("items", {})
         if _TYPES.get(item_doc.get("type", "")) is dict:
             return _check_dict_list(param, value, options)
-        if _standardized(value) not in [_standardized(o) for o in options if isinstance(o, list)]:
+        lists = [_standardized(o) if isinstance(o, list) else [standardize_string(c) for c in o]
+                 for o in options if isinstance(o, list | str)]
+        if _standardized(value) not in lists:
             return MatchResult(False, "value_error:list", f"{param!r}={value!r} not in {options!r}")
         return _OK
     return _in_options(param, value, options)
