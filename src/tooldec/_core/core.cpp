@@ -177,20 +177,11 @@ void check_signals(size_t& tick) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Subset construction. The NFA arrives as CSR arrays: byte edges (mask id, target) and epsilon edges per state.
-
-py::tuple determinize(carray<int64_t> edge_ptr, carray<int32_t> edge_mask, carray<int32_t> edge_target,
-                      carray<uint8_t> masks, carray<int64_t> eps_ptr, carray<int32_t> eps_target, int32_t start,
-                      int32_t accept, int64_t max_states) {
-  const int32_t n = static_cast<int32_t>(edge_ptr.shape(0) - 1);
-  const int64_t* ep = edge_ptr.data();
-  const int32_t* em = edge_mask.data();
-  const int32_t* et = edge_target.data();
-  const int64_t* xp = eps_ptr.data();
-  const int32_t* xt = eps_target.data();
-  const int32_t n_masks = static_cast<int32_t>(masks.shape(0));
-  std::vector<Mask> mask_list(n_masks);
-  for (int32_t i = 0; i < n_masks; ++i) std::memcpy(mask_list[i].data(), masks.data() + 32 * i, 32);
+// Subset construction of an NFA given as CSR arrays: n states, byte edges ep/em/et (mask id, target), epsilon
+// edges xp/xt. Built by Thompson below.
+Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, const std::vector<Mask>& mask_list,
+           const int64_t* xp, const int32_t* xt, int32_t start, int32_t accept, int64_t max_states) {
+  const int32_t n_masks = static_cast<int32_t>(mask_list.size());
   // byte classes over every mask, then each mask as a list of classes
   std::vector<int32_t> cls(256, 0);
   int32_t nc = 1;
@@ -331,7 +322,230 @@ py::tuple determinize(carray<int64_t> edge_ptr, carray<int32_t> edge_mask, carra
     }
     for (auto& [t, m] : by_target) rows[i].emplace_back(m, t);
   }
-  return to_python(finish(rows, accepting));
+  return finish(rows, accepting);
+}
+
+std::vector<Mask> read_masks(const carray<uint8_t>& masks) {
+  const int32_t n = static_cast<int32_t>(masks.shape(0));
+  std::vector<Mask> out(n);
+  for (int32_t i = 0; i < n; ++i) std::memcpy(out[i].data(), masks.data() + 32 * i, 32);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Thompson construction. The grammar IR arrives as a table of nodes, children before parents, each a record in
+// `code` from `ptr[i]` to `ptr[i + 1]`:
+//   0 BYTES mask            (mask: a row of `masks`, or -1 for the empty set)
+//   1 SEQ k child...        2 ALT k child...
+//   3 REPEAT item min max sep            (max -1: unbounded; sep -1: none)
+//   4 FIELDS sep k (child required)...   (an ordered subsequence holding every required child, sep between)
+//   5 EMBED d               (DFA d of the list: a product the Python layer built)
+// Every use of a node builds fresh states. Invariant of build(node, start): it may add edges out of `start`,
+// never into it, so alternatives share their entry and every loop gets a fresh state.
+
+class Thompson {
+ public:
+  Thompson(const int32_t* code, const int64_t* ptr, int64_t n_nodes, std::vector<Mask> masks, py::list dfas,
+           int64_t max_states)
+      : code_(code), ptr_(ptr), n_nodes_(n_nodes), masks_(std::move(masks)), dfas_(std::move(dfas)),
+        max_states_(max_states) {
+    for (size_t i = 0; i < masks_.size(); ++i) mask_ids_.emplace(masks_[i], static_cast<int32_t>(i));
+  }
+
+  int32_t new_state() {
+    if (static_cast<int64_t>(edges_.size()) >= max_states_)
+      throw SchemaTooLarge("the automaton would exceed " + std::to_string(max_states_) + " NFA states");
+    edges_.emplace_back();
+    eps_.emplace_back();
+    return static_cast<int32_t>(edges_.size() - 1);
+  }
+
+  int32_t build(int32_t node, int32_t start) {
+    check_signals(tick_);
+    if (node < 0 || node >= n_nodes_) throw std::invalid_argument("a child is not a node of the table");
+    const int32_t* r = code_ + ptr_[node];
+    switch (r[0]) {
+      case 0: {
+        const int32_t end = new_state();
+        if (r[1] >= 0) edges_[start].emplace_back(r[1], end);
+        return end;
+      }
+      case 1: {
+        int32_t cur = start;
+        for (int32_t i = 0; i < r[1]; ++i) cur = build(r[2 + i], cur);
+        if (cur == start) {
+          cur = new_state();
+          eps_[start].push_back(cur);
+        }
+        return cur;
+      }
+      case 2: {
+        const int32_t end = new_state();
+        for (int32_t i = 0; i < r[1]; ++i) {
+          const int32_t got = build(r[2 + i], start);
+          eps_[got].push_back(end);
+        }
+        return end;
+      }
+      case 3:
+        return repeat(r[1], r[2], r[3], r[4], start);
+      case 4:
+        return fields(r, start);
+      case 5:
+        return embed(dfas_[static_cast<size_t>(r[1])].cast<py::tuple>(), start);
+      default:
+        throw std::invalid_argument("not a grammar node code: " + std::to_string(r[0]));
+    }
+  }
+
+  // The NFA as CSR arrays, then subset construction.
+  Dfa determinize(int32_t start, int32_t accept, int64_t max_dfa_states) {
+    const size_t n = edges_.size();
+    std::vector<int64_t> ep(n + 1, 0), xp(n + 1, 0);
+    std::vector<int32_t> em, et, xt;
+    for (size_t s = 0; s < n; ++s) {
+      for (auto& [m, t] : edges_[s]) {
+        em.push_back(m);
+        et.push_back(t);
+      }
+      ep[s + 1] = static_cast<int64_t>(em.size());
+      xt.insert(xt.end(), eps_[s].begin(), eps_[s].end());
+      xp[s + 1] = static_cast<int64_t>(xt.size());
+    }
+    return subset(static_cast<int32_t>(n), ep.data(), em.data(), et.data(), masks_, xp.data(), xt.data(), start,
+                  accept, max_dfa_states);
+  }
+
+ private:
+  int32_t repeat(int32_t item, int32_t lo, int32_t hi, int32_t sep, int32_t start) {
+    int32_t cur = start;
+    for (int32_t i = 0; i < lo; ++i) {
+      if (i && sep >= 0) cur = build(sep, cur);
+      cur = build(item, cur);
+    }
+    if (hi < 0) {
+      const int32_t loop = new_state();
+      eps_[cur].push_back(loop);
+      if (lo == 0 && sep >= 0) {  // zero items, or item (sep item)*, with one copy of item
+        const int32_t end = new_state();
+        eps_[loop].push_back(end);
+        const int32_t entry = new_state();
+        eps_[loop].push_back(entry);
+        const int32_t after = build(item, entry);
+        eps_[after].push_back(end);
+        const int32_t back = build(sep, after);
+        eps_[back].push_back(entry);
+        return end;
+      }
+      const int32_t body = sep >= 0 ? build(sep, loop) : loop;
+      const int32_t again = build(item, body);
+      eps_[again].push_back(loop);
+      return loop;
+    }
+    if (hi < lo) throw std::invalid_argument("repeat bounds " + std::to_string(lo) + ".." + std::to_string(hi));
+    const int32_t end = new_state();
+    eps_[cur].push_back(end);
+    for (int32_t i = lo; i < hi; ++i) {
+      if (i && sep >= 0) cur = build(sep, cur);
+      cur = build(item, cur);
+      eps_[cur].push_back(end);
+    }
+    return end;
+  }
+
+  int32_t fields(const int32_t* r, int32_t start) {
+    const int32_t sep = r[1], k = r[2];
+    int32_t first = start;  // nothing emitted yet (-1: no longer possible)
+    int32_t more = -1;      // at least one field emitted (-1: not yet possible)
+    for (int32_t i = 0; i < k; ++i) {
+      const int32_t item = r[3 + 2 * i];
+      const bool required = r[4 + 2 * i] != 0;
+      const int32_t entry = new_state();
+      if (first >= 0) eps_[first].push_back(entry);
+      if (more >= 0) {
+        const int32_t after_sep = build(sep, more);
+        eps_[after_sep].push_back(entry);
+      }
+      const int32_t after = build(item, entry);
+      const int32_t next_more = new_state();
+      eps_[after].push_back(next_more);
+      if (!required && more >= 0) eps_[more].push_back(next_more);
+      if (!required && first >= 0) {
+        const int32_t next_first = new_state();
+        eps_[first].push_back(next_first);
+        first = next_first;
+      } else {
+        first = -1;
+      }
+      more = next_more;
+    }
+    const int32_t end = new_state();
+    if (first >= 0) eps_[first].push_back(end);
+    if (more >= 0) eps_[more].push_back(end);
+    return end;
+  }
+
+  int32_t mask_id(const Mask& m) {
+    auto it = mask_ids_.find(m);
+    if (it != mask_ids_.end()) return it->second;
+    masks_.push_back(m);
+    return mask_ids_.emplace(m, static_cast<int32_t>(masks_.size() - 1)).first->second;
+  }
+
+  // A DFA (trans, classes, accepting, start) copied in as a fragment entered from `start`.
+  int32_t embed(const py::tuple& dfa, int32_t start) {
+    auto trans = dfa[0].cast<carray<int32_t>>();
+    auto classes = dfa[1].cast<carray<uint8_t>>();
+    auto accepting = dfa[2].cast<carray<bool>>();
+    const int32_t dstart = dfa[3].cast<int32_t>();
+    const int32_t end = new_state();
+    if (dstart == DEAD) return end;
+    const int32_t n = static_cast<int32_t>(trans.shape(0)), nc = static_cast<int32_t>(trans.shape(1));
+    std::vector<Mask> class_mask(nc, Mask{0, 0, 0, 0});
+    for (int b = 0; b < 256; ++b) class_mask[classes.data()[b]][b >> 6] |= 1ULL << (b & 63);
+    std::vector<int32_t> states(n, 0);
+    for (int32_t s = 1; s < n; ++s) states[s] = new_state();
+    eps_[start].push_back(states[dstart]);
+    std::vector<std::pair<int32_t, Mask>> by_target;
+    for (int32_t s = 1; s < n; ++s) {
+      by_target.clear();
+      const int32_t* row = trans.data() + static_cast<size_t>(s) * nc;
+      for (int32_t c = 0; c < nc; ++c) {
+        if (row[c] == DEAD) continue;
+        auto it = std::find_if(by_target.begin(), by_target.end(), [&](auto& p) { return p.first == row[c]; });
+        if (it == by_target.end()) {
+          by_target.emplace_back(row[c], class_mask[c]);
+        } else {
+          for (int w = 0; w < 4; ++w) it->second[w] |= class_mask[c][w];
+        }
+      }
+      for (auto& [t, m] : by_target) edges_[states[s]].emplace_back(mask_id(m), states[t]);
+      if (accepting.data()[s]) eps_[states[s]].push_back(end);
+    }
+    return end;
+  }
+
+  const int32_t* code_;
+  const int64_t* ptr_;
+  int64_t n_nodes_;
+  std::vector<Mask> masks_;
+  std::unordered_map<Mask, int32_t, MaskHash> mask_ids_;
+  py::list dfas_;
+  int64_t max_states_;
+  size_t tick_ = 0;
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> edges_;
+  std::vector<std::vector<int32_t>> eps_;
+};
+
+// IR node table -> NFA (Thompson) -> pruned DFA, as (trans, classes, accepting, start).
+py::tuple compile_ir(carray<int32_t> code, carray<int64_t> ptr, carray<uint8_t> masks, py::list dfas, int32_t root,
+                     int64_t max_nfa_states, int64_t max_dfa_states) {
+  const int64_t n_nodes = ptr.shape(0) - 1;
+  if (root < 0 || root >= n_nodes) throw std::invalid_argument("the root is not a node of the table");
+  Thompson t(code.data(), ptr.data(), n_nodes, read_masks(masks), std::move(dfas), max_nfa_states);
+  const int32_t start = t.new_state();
+  const int32_t accept = t.build(root, start);
+  return to_python(t.determinize(start, accept, max_dfa_states));
 }
 
 // Product of two DFAs (intersection, or difference a \ b), by breadth-first search over state pairs.
@@ -1103,11 +1317,11 @@ void apply_bitmask_f32(uintptr_t logits_ptr, int64_t rows, int64_t vocab, int64_
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "tooldec's compiled core: subset construction, products, the token index and batch mask operations.";
+  m.doc() = "tooldec's compiled core: grammar IR to DFA, products, the token index and batch mask operations.";
   py::register_exception<SchemaTooLarge>(m, "AutomatonTooLarge", PyExc_ValueError);
-  m.def("determinize", &determinize, "Subset construction of a CSR-encoded byte NFA, pruned.", py::arg("edge_ptr"),
-        py::arg("edge_mask"), py::arg("edge_target"), py::arg("masks"), py::arg("eps_ptr"), py::arg("eps_target"),
-        py::arg("start"), py::arg("accept"), py::arg("max_states"));
+  m.def("compile_ir", &compile_ir, "A grammar IR node table to a pruned DFA (Thompson NFA, subset construction).",
+        py::arg("code"), py::arg("ptr"), py::arg("masks"), py::arg("dfas"), py::arg("root"),
+        py::arg("max_nfa_states"), py::arg("max_dfa_states"));
   m.def("product", &product, "Intersection or difference of two DFAs, pruned.", py::arg("a_trans"),
         py::arg("a_classes"), py::arg("a_accepting"), py::arg("a_start"), py::arg("b_trans"), py::arg("b_classes"),
         py::arg("b_accepting"), py::arg("b_start"), py::arg("difference"), py::arg("max_states"));

@@ -1,11 +1,72 @@
-"""IR → DFA: Thompson NFA, subset construction, with product automata for Intersect and Difference nodes."""
+"""IR → DFA: the grammar IR as a node table for the compiled core, which builds the Thompson NFA and runs the
+subset construction; Intersect and Difference nodes become product DFAs first (built here, bottom up).
+
+The table lists every distinct node once, children before parents (see `Thompson` in the core's source for
+the record layout); the core builds fresh states for every use of a node, as the construction requires.
+"""
 
 from __future__ import annotations
 
-from tooldec.automaton.dfa import DFA, determinize
-from tooldec.automaton.nfa import build_nfa
+import numpy as np
+
+from tooldec import _core
+from tooldec.automaton.dfa import DFA, MAX_DFA_STATES, from_core
 from tooldec.automaton.product import difference, intersect
-from tooldec.grammar.ir import Difference, Intersect, Node
+from tooldec.errors import UnsupportedSchemaError
+from tooldec.grammar.ir import Alt, Bytes, Difference, Fields, Intersect, Node, Repeat, Seq
+
+MAX_NFA_STATES = 2_000_000
+"""NFA states one compile may build (bounded repeats unroll; a schema past this is refused as too large)."""
+
+_BYTES, _SEQ, _ALT, _REPEAT, _FIELDS, _EMBED = range(6)
+
+
+class _Table:
+    """The node table under construction: records, byte masks and embedded product DFAs."""
+
+    def __init__(self) -> None:
+        self.code: list[int] = []
+        self.ptr: list[int] = [0]
+        self.ids: dict[Node, int] = {}
+        self.masks: dict[int, int] = {}
+        self.dfas: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
+
+    def add(self, node: Node) -> int:
+        """The id of `node`, adding it (and its children first) if it is new."""
+        got = self.ids.get(node)
+        if got is not None:
+            return got
+        add = self.add
+        if isinstance(node, Bytes):
+            record = [_BYTES, self.masks.setdefault(node.mask, len(self.masks)) if node.mask else -1]
+        elif isinstance(node, Seq):
+            record = [_SEQ, len(node.items), *[add(item) for item in node.items]]
+        elif isinstance(node, Alt):
+            record = [_ALT, len(node.items), *[add(item) for item in node.items]]
+        elif isinstance(node, Repeat):
+            if node.max is not None and node.max < node.min:
+                raise ValueError(f"repeat bounds {node.min}..{node.max}")
+            record = [_REPEAT, add(node.item), node.min, -1 if node.max is None else node.max,
+                      -1 if node.sep is None else add(node.sep)]
+        elif isinstance(node, Fields):
+            record = [_FIELDS, add(node.sep), len(node.items)]
+            for item, required in node.items:
+                record += (add(item), int(required))
+        elif isinstance(node, (Intersect, Difference)):
+            dfa = _product(node)
+            self.dfas.append((np.ascontiguousarray(dfa.trans, dtype=np.int32), dfa.classes, dfa.accepting, dfa.start))
+            record = [_EMBED, len(self.dfas) - 1]
+        else:
+            raise TypeError(f"not a grammar node: {node!r}")
+        self.code += record
+        self.ptr.append(len(self.code))
+        self.ids[node] = len(self.ptr) - 2
+        return self.ids[node]
+
+    def mask_rows(self) -> np.ndarray:
+        """The byte masks as `uint8[n, 32]`, row i = mask id i (little-endian bits)."""
+        data = b"".join(m.to_bytes(32, "little") for m in self.masks)
+        return np.frombuffer(data, dtype=np.uint8).reshape(-1, 32)
 
 
 def _product(node: Intersect | Difference) -> DFA:
@@ -18,5 +79,16 @@ def _product(node: Intersect | Difference) -> DFA:
 
 
 def compile_dfa(node: Node) -> DFA:
-    """IR node → pruned DFA. An empty language gives a DFA whose start is DEAD."""
-    return determinize(build_nfa(node, _product))
+    """IR node → pruned DFA. An empty language gives a DFA whose start is DEAD.
+
+    Raises UnsupportedSchemaError past MAX_NFA_STATES or MAX_DFA_STATES; a pending signal (a time limit)
+    interrupts the core."""
+    table = _Table()
+    root = table.add(node)
+    try:
+        return from_core(_core.compile_ir(
+            np.array(table.code, dtype=np.int32), np.array(table.ptr, dtype=np.int64), table.mask_rows(),
+            table.dfas, root, MAX_NFA_STATES, MAX_DFA_STATES,
+        ))
+    except _core.AutomatonTooLarge as exc:
+        raise UnsupportedSchemaError("size", detail=str(exc)) from None

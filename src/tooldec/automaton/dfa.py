@@ -1,4 +1,4 @@
-"""The byte-level DFA as arrays: subset construction from the NFA (compiled core), pruning of states that cannot finish.
+"""The byte-level DFA as arrays, as the compiled core builds it (pruned: states that cannot finish are removed).
 
 State 0 is the dead state (every transition of it leads back to 0); the start state is 1. Transitions are
 `int32[states, classes]` with a `uint8[256]` byte-class map, so a byte b moves s to `trans[s, classes[b]]`.
@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from tooldec import _core
-from tooldec.automaton.nfa import NFA
 from tooldec.errors import UnsupportedSchemaError
 
 DEAD = 0
@@ -47,51 +46,10 @@ class DFA:
         return bool(self.accepting[self.step(self.start, data)])
 
 
-def _nfa_arrays(nfa: NFA) -> tuple[np.ndarray, ...]:
-    """The NFA as CSR arrays for the compiled core: byte edges (mask id, target), the masks, epsilon edges."""
-    mask_ids: dict[int, int] = {}
-    edge_mask: list[int] = []
-    edge_target: list[int] = []
-    edge_ptr = [0]
-    for row in nfa.edges:
-        for mask, target in row:
-            mid = mask_ids.get(mask)
-            if mid is None:
-                mid = mask_ids[mask] = len(mask_ids)
-            edge_mask.append(mid)
-            edge_target.append(target)
-        edge_ptr.append(len(edge_mask))
-    eps_ptr = [0]
-    eps_target: list[int] = []
-    for targets in nfa.eps:
-        eps_target.extend(targets)
-        eps_ptr.append(len(eps_target))
-    masks = np.frombuffer(b"".join(m.to_bytes(32, "little") for m in mask_ids), dtype=np.uint8).reshape(-1, 32)
-    return (
-        np.array(edge_ptr, dtype=np.int64),
-        np.array(edge_mask, dtype=np.int32),
-        np.array(edge_target, dtype=np.int32),
-        masks,
-        np.array(eps_ptr, dtype=np.int64),
-        np.array(eps_target, dtype=np.int32),
-    )
-
-
 def from_core(arrays: tuple[np.ndarray, np.ndarray, np.ndarray, int]) -> DFA:
     """A DFA from the compiled core's (trans, classes, accepting, start)."""
     trans, classes, accepting, start = arrays
     return DFA(trans=trans, classes=classes, accepting=accepting, start=int(start))
-
-
-def determinize(nfa: NFA) -> DFA:
-    """Subset construction (in the compiled core), then pruning of states that cannot reach acceptance.
-
-    Raises UnsupportedSchemaError past MAX_DFA_STATES; a pending signal (a time limit) interrupts it.
-    """
-    try:
-        return from_core(_core.determinize(*_nfa_arrays(nfa), nfa.start, nfa.accept, MAX_DFA_STATES))
-    except _core.AutomatonTooLarge as exc:
-        raise UnsupportedSchemaError("size", detail=str(exc)) from None
 
 
 def union_dfas(dfas: list[DFA]) -> DFA:
