@@ -187,16 +187,26 @@ def test_cli_bench_json_last_line(tok_dir: Path, monkeypatch: pytest.MonkeyPatch
 def test_cli_bench_without_batch_and_with_a_stem(tok_dir: Path) -> None:
     from tooldec.cli import app
 
+    from tooldec.bench.measure import use_clock
+
     shared = tok_dir.parent.parent
     args = ["bench", "--engines", "tooldec", "--workloads", "rich", "--tokenizers", "tiny", "--repeats", "1",
-            "--shared", str(shared), "--out", str(shared / "out2"), "--stem", "tiny", "--batch-sizes", ""]
-    result = CliRunner().invoke(app, args)
+            "--shared", str(shared), "--out", str(shared / "out2"), "--stem", "tiny", "--clock", "cpu",
+            "--batch-sizes", ""]
+    try:
+        result = CliRunner().invoke(app, args)
+    finally:
+        use_clock("wall")
     assert result.exit_code == 0, result.output
     doc = json.loads((shared / "out2" / "tiny.json").read_text())
     assert doc["results"][0]["batch"] == [] and "batch_methods" not in doc
-    assert "## Batch" not in (shared / "out2" / "tiny.md").read_text()
+    assert doc["settings"]["clock"] == "cpu" and doc["results"][0]["mask_us_median"] > 0
+    md = (shared / "out2" / "tiny.md").read_text()
+    assert "## Batch" not in md and "CPU time" in md
     bad = CliRunner().invoke(app, [*args[:-2], "--batch-sizes", "0"])
     assert bad.exit_code != 0
+    unknown = CliRunner().invoke(app, [*args[:-4], "--clock", "sundial"])
+    assert unknown.exit_code != 0 and "sundial" in unknown.output
 
 
 def test_ratios_are_peer_over_tooldec_and_skip_noise() -> None:

@@ -116,11 +116,13 @@ def bench(
     batch_steps: int = typer.Option(200, "--batch-steps", min=1, help="Timed steps per batch size."),
     batch_threads: int = typer.Option(1, "--batch-threads", min=1, help="Threads per engine in the batch fill."),
     note: str = typer.Option("", "--note", help="A line for the report (e.g. what else ran on the machine)."),
+    clock: str = typer.Option("wall", "--clock", help="wall, or cpu: the process's CPU time, for a shared machine."),
 ) -> None:
     """Time tooldec and the installed peers side by side on the same tool-call grammars."""
     import os
 
     from tooldec.bench import report
+    from tooldec.bench.measure import CLOCKS, use_clock
     from tooldec.bench.engines import ENGINES
     from tooldec.bench.runner import BatchSettings, run, units
     from tooldec.bench.workloads import load_workload
@@ -145,6 +147,9 @@ def bench(
         _fail(f"--batch-sizes must be a comma list of integers, not {batch_sizes!r}")
     if any(b < 1 for b in sizes):
         _fail("batch sizes must be at least 1")
+    if clock not in CLOCKS:
+        _fail(f"--clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
+    use_clock(clock)
     batch = BatchSettings(sizes, batch_steps, batch_threads)
     load_start = report.load_average()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -155,7 +160,7 @@ def bench(
     settings = {"engines": names, "workloads": [w.name for w in loads], "tokenizers": list(tok_dirs),
                 "repeats": repeats, "bfcl_entries": bfcl_entries, "batch_sizes": list(sizes),
                 "batch_steps": batch_steps, "batch_threads": batch_threads, "load_average_start": load_start,
-                "note": note}
+                "clock": clock, "note": note}
     doc = report.document(results, settings)
     if out is not None:
         for path in report.write(doc, out, stem):

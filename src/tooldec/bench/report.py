@@ -191,7 +191,13 @@ def markdown(doc: dict[str, Any]) -> str:
             "Times: tokenizer preparation and compile in ms (compile: median of repeats, cache off); per-token "
             "mask + advance in µs (median and p99 over the steps after the first, pooled over repeats, each on "
             "a fresh compile); first mask in µs; memory: largest RSS growth over one compile + forced call, MB. "
-            "(×r) = peer / tooldec: above 1, tooldec is ahead."
+            "(×r) = peer / tooldec: above 1, tooldec is ahead. "
+            + (
+                "Clock: the process's CPU time (all its threads), not elapsed time, so that other jobs on the "
+                "machine do not inflate the figures."
+                if s.get("clock") == "cpu"
+                else "Clock: elapsed (wall) time."
+            )
         ),
         "",
         (
