@@ -185,9 +185,8 @@ def test_cli_bench_json_last_line(tok_dir: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_cli_bench_without_batch_and_with_a_stem(tok_dir: Path) -> None:
-    from tooldec.cli import app
-
     from tooldec.bench.measure import use_clock
+    from tooldec.cli import app
 
     shared = tok_dir.parent.parent
     args = ["bench", "--engines", "tooldec", "--workloads", "rich", "--tokenizers", "tiny", "--repeats", "1",

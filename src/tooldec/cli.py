@@ -122,8 +122,8 @@ def bench(
     import os
 
     from tooldec.bench import report
-    from tooldec.bench.measure import CLOCKS, use_clock
     from tooldec.bench.engines import ENGINES
+    from tooldec.bench.measure import CLOCKS, use_clock
     from tooldec.bench.runner import BatchSettings, run, units
     from tooldec.bench.workloads import load_workload
 
