@@ -37,11 +37,12 @@ def test_precomputed_index_never_scans_the_vocabulary_again(bytelevel_vocab, mon
     assert compiled.index.core.computed == computed, "a walk computed a state that precompute had not"
 
 
-def test_tool_sets_are_unions_of_cached_per_tool_automata(bytelevel_vocab) -> None:
+def test_tool_sets_are_unions_of_cached_per_tool_automata(bytelevel_vocab, monkeypatch) -> None:
     """A tool set's automaton is the union of its tools' (cached) automata: same language as the whole-set
-    construction, both ways, and adding a tool reuses the others'."""
+    construction, both ways, and adding a tool joins the cached set's automaton with the new tool's only."""
     import random
 
+    import tooldec.compiler as compiler_module
     from tooldec.automaton.compile import compile_dfa
     from tooldec.compiler import Compiler
     from tooldec.grammar.calls import get_format, tools_grammar
@@ -67,10 +68,19 @@ def test_tool_sets_are_unions_of_cached_per_tool_automata(bytelevel_vocab) -> No
         whole_grammar = Compiler(bytelevel_vocab).compile(tools[:3], "mistral")  # a list: built whole
         assert whole_grammar.dfa.start > 0
         cached = len(compiler._tools)
+        joined: list[int] = []
+        union_dfas = compiler_module.union_dfas
+        monkeypatch.setattr(compiler_module, "union_dfas", lambda parts: joined.append(len(parts)) or union_dfas(parts))
         bigger = compiler.compile(tools, fmt)
+        monkeypatch.undo()
         assert len(compiler._tools) == cached + 1, "only the new tool is compiled"
+        assert joined == [2], "the 3-tool set's automaton joined with the new tool's"
+        whole4 = compile_dfa(tools_grammar(tools, get_format(fmt)))
+        whole4_index = TokenIndex(whole4, compiler.prepared)
         for seed in range(30):
             text = random_walk(bigger.guide(), random.Random(seed)).text().encode()
-            assert compile_dfa(tools_grammar(tools, get_format(fmt))).accepts(text), text
+            assert whole4.accepts(text), text
+            back = random_walk(Guide(whole4_index), random.Random(seed)).text().encode()
+            assert bigger.dfa.accepts(back), back
         rendered = get_format(fmt).render(tools[3], {"v": 2.5})
         assert bigger.dfa.accepts(rendered.encode()) and not union.dfa.accepts(rendered.encode())

@@ -51,6 +51,9 @@ CACHE_SIZE = 32
 """Compiled grammars a Compiler keeps (least recently used dropped first)."""
 TOOL_CACHE_SIZE = 4096
 """Per-tool call automata a Compiler keeps, so that adding a tool to a compiled set costs about one tool."""
+UNION_CACHE_SIZE = 4
+"""Tool-set automata a Compiler keeps by their tools, so that a set growing by a few tools is the union of the
+last one with the new tools' automata: joining 201 automata took 21 ms at 200 tools, joining 2 takes a few."""
 
 
 class Compiler:
@@ -75,6 +78,7 @@ class Compiler:
         self.cache_size = cache_size
         self._cache: OrderedDict[str, CompiledGrammar] = OrderedDict()
         self._tools: OrderedDict[str, DFA] = OrderedDict()
+        self._unions: OrderedDict[frozenset[str], DFA] = OrderedDict()
         self._lock = threading.Lock()
 
     def clear_cache(self) -> None:
@@ -82,6 +86,7 @@ class Compiler:
         with self._lock:
             self._cache.clear()
             self._tools.clear()
+            self._unions.clear()
 
     def _key(self, kind: str, payload: Any) -> str:
         h = hashlib.sha256()
@@ -128,7 +133,7 @@ class Compiler:
             if getattr(fmt, "around", None) is not None:  # calls inside a list: one automaton of the whole
                 dfa = compile_dfa(tools_grammar(toolset, fmt, max_ref_depth=self.max_ref_depth))
             else:
-                dfa = union_dfas([self._tool_dfa(t, spec, fmt, use_cache) for t, spec in zip(toolset, specs)])
+                dfa = self._union(toolset, specs, fmt, use_cache)
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no call of this tool set can be valid (its schemas admit no value)")
             index = TokenIndex(dfa, self.prepared, share_regions=use_cache)
@@ -139,10 +144,34 @@ class Compiler:
 
         return self._cached(key, build, use_cache)
 
-    def _tool_dfa(self, tool: ToolSpec, spec: str, fmt: CallFormat, use_cache: bool) -> DFA:
-        """The automaton of one call of `tool` in `fmt`, kept per tool so that a changed tool set recompiles
-        only its new tools (the last TOOL_CACHE_SIZE are kept)."""
-        key = f"{fmt!r}|{self.max_ref_depth}|{spec}"
+    def _union(self, toolset: ToolSet, specs: list[str], fmt: CallFormat, use_cache: bool) -> DFA:
+        """The automaton of a call of any tool: the union of the per-tool automata, or, when a cached set's tools
+        are all in this one, the union of that set's automaton with the other tools' (the largest such set)."""
+        prefix = f"{fmt!r}|{self.max_ref_depth}|"
+        keys = [prefix + spec for spec in specs]
+        wanted = frozenset(keys)
+        base: frozenset[str] = frozenset()
+        parts: list[DFA] = []
+        if use_cache:
+            with self._lock:
+                for have, dfa in self._unions.items():
+                    if len(have) > len(base) and have <= wanted:
+                        base, parts = have, [dfa]
+                if base:
+                    self._unions.move_to_end(base)
+        parts += [self._tool_dfa(t, key, fmt, use_cache) for t, key in zip(toolset, keys) if key not in base]
+        dfa = union_dfas(parts)
+        if use_cache:
+            with self._lock:
+                self._unions[wanted] = dfa
+                self._unions.move_to_end(wanted)
+                while len(self._unions) > UNION_CACHE_SIZE:
+                    self._unions.popitem(last=False)
+        return dfa
+
+    def _tool_dfa(self, tool: ToolSpec, key: str, fmt: CallFormat, use_cache: bool) -> DFA:
+        """The automaton of one call of `tool` in `fmt` (`key`: format, options and spec), kept per tool so that
+        a changed tool set recompiles only its new tools (the last TOOL_CACHE_SIZE are kept)."""
         if use_cache:
             with self._lock:
                 got = self._tools.get(key)
