@@ -84,3 +84,23 @@ def test_tool_sets_are_unions_of_cached_per_tool_automata(bytelevel_vocab, monke
             assert bigger.dfa.accepts(back), back
         rendered = get_format(fmt).render(tools[3], {"v": 2.5})
         assert bigger.dfa.accepts(rendered.encode()) and not union.dfa.accepts(rendered.encode())
+
+
+def test_product_cache_builds_each_product_once_and_stays_bounded(monkeypatch) -> None:
+    """A product that recurs (in one IR or across compiles) is built once; the cache keeps at most `size`."""
+    from tooldec.automaton import compile as compile_module
+    from tooldec.grammar.ir import Intersect, alt, lit, seq
+
+    built: list[object] = []
+    product = compile_module._product
+    monkeypatch.setattr(compile_module, "_product", lambda node, cache: built.append(node) or product(node, cache))
+    cache = compile_module.ProductCache(size=2)
+    both = Intersect((alt(lit("a"), lit("b")), alt(lit("b"), lit("c"))))
+    dfa = compile_module.compile_dfa(seq(both, lit("-"), both), cache)
+    assert dfa.accepts(b"b-b") and not dfa.accepts(b"a-b") and not dfa.accepts(b"b-c")
+    assert len(built) == 1
+    compile_module.compile_dfa(seq(lit("x"), both), cache)
+    assert len(built) == 1, "a later compile reuses it"
+    for word in ("p", "q", "r"):
+        compile_module.compile_dfa(Intersect((lit(word), alt(lit(word), lit("z")))), cache)
+    assert len(cache) == 2 and len(built) == 4

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tooldec.automaton.compile import compile_dfa
+from tooldec.automaton.compile import ProductCache, compile_dfa
 from tooldec.automaton.dfa import DEAD, DFA, union_dfas
 from tooldec.automaton.forced import ForcedText
 from tooldec.errors import EmptyGrammarError
@@ -79,6 +79,7 @@ class Compiler:
         self._cache: OrderedDict[str, CompiledGrammar] = OrderedDict()
         self._tools: OrderedDict[str, DFA] = OrderedDict()
         self._unions: OrderedDict[frozenset[str], DFA] = OrderedDict()
+        self._products = ProductCache()
         self._lock = threading.Lock()
 
     def clear_cache(self) -> None:
@@ -87,6 +88,7 @@ class Compiler:
             self._cache.clear()
             self._tools.clear()
             self._unions.clear()
+        self._products.clear()
 
     def _key(self, kind: str, payload: Any) -> str:
         h = hashlib.sha256()
@@ -130,10 +132,11 @@ class Compiler:
         key = self._key(f"tools:{fmt!r}", specs)
 
         def build() -> CompiledGrammar:
+            products = self._products if use_cache else ProductCache()  # cold: shared within this compile only
             if getattr(fmt, "around", None) is not None:  # calls inside a list: one automaton of the whole
-                dfa = compile_dfa(tools_grammar(toolset, fmt, max_ref_depth=self.max_ref_depth))
+                dfa = compile_dfa(tools_grammar(toolset, fmt, max_ref_depth=self.max_ref_depth), products)
             else:
-                dfa = self._union(toolset, specs, fmt, use_cache)
+                dfa = self._union(toolset, specs, fmt, products, use_cache)
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no call of this tool set can be valid (its schemas admit no value)")
             index = TokenIndex(dfa, self.prepared, share_regions=use_cache)
@@ -144,7 +147,9 @@ class Compiler:
 
         return self._cached(key, build, use_cache)
 
-    def _union(self, toolset: ToolSet, specs: list[str], fmt: CallFormat, use_cache: bool) -> DFA:
+    def _union(
+        self, toolset: ToolSet, specs: list[str], fmt: CallFormat, products: ProductCache, use_cache: bool
+    ) -> DFA:
         """The automaton of a call of any tool: the union of the per-tool automata, or, when a cached set's tools
         are all in this one, the union of that set's automaton with the other tools' (the largest such set)."""
         prefix = f"{fmt!r}|{self.max_ref_depth}|"
@@ -159,7 +164,7 @@ class Compiler:
                         base, parts = have, [dfa]
                 if base:
                     self._unions.move_to_end(base)
-        parts += [self._tool_dfa(t, key, fmt, use_cache) for t, key in zip(toolset, keys) if key not in base]
+        parts += [self._tool_dfa(t, key, fmt, products, use_cache) for t, key in zip(toolset, keys) if key not in base]
         dfa = union_dfas(parts)
         if use_cache:
             with self._lock:
@@ -169,7 +174,7 @@ class Compiler:
                     self._unions.popitem(last=False)
         return dfa
 
-    def _tool_dfa(self, tool: ToolSpec, key: str, fmt: CallFormat, use_cache: bool) -> DFA:
+    def _tool_dfa(self, tool: ToolSpec, key: str, fmt: CallFormat, products: ProductCache, use_cache: bool) -> DFA:
         """The automaton of one call of `tool` in `fmt` (`key`: format, options and spec), kept per tool so that
         a changed tool set recompiles only its new tools (the last TOOL_CACHE_SIZE are kept)."""
         if use_cache:
@@ -178,7 +183,7 @@ class Compiler:
                 if got is not None:
                     self._tools.move_to_end(key)
                     return got
-        dfa = compile_dfa(tools_grammar([tool], fmt, max_ref_depth=self.max_ref_depth))
+        dfa = compile_dfa(tools_grammar([tool], fmt, max_ref_depth=self.max_ref_depth), products)
         if dfa.start == DEAD:
             raise EmptyGrammarError("no call of this tool can be valid", tool=tool.name, path="#/parameters")
         if use_cache:
@@ -198,7 +203,7 @@ class Compiler:
             comp = SchemaCompiler(
                 schema, max_ref_depth=self.max_ref_depth, additional_properties=additional_properties
             )
-            dfa = compile_dfa(comp.value())
+            dfa = compile_dfa(comp.value(), self._products if use_cache else ProductCache())
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no value satisfies this schema", path="#")
             index = TokenIndex(dfa, self.prepared)

@@ -7,6 +7,9 @@ the record layout); the core builds fresh states for every use of a node, as the
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 import numpy as np
 
 from tooldec import _core
@@ -21,10 +24,44 @@ MAX_NFA_STATES = 2_000_000
 _BYTES, _SEQ, _ALT, _REPEAT, _FIELDS, _EMBED = range(6)
 
 
+class ProductCache:
+    """Product DFAs by their IR node (Intersect / Difference), least recently used dropped first, safe to share
+    between threads. The same product recurs across the tools of a set (every digit-bounded number, a pattern
+    with a length), and each costs two subset constructions and a product."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._dfas: OrderedDict[Node, DFA] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._dfas)
+
+    def clear(self) -> None:
+        """Forget every product."""
+        with self._lock:
+            self._dfas.clear()
+
+    def get(self, node: Intersect | Difference) -> DFA:
+        """The product DFA of `node`, built on first use."""
+        with self._lock:
+            got = self._dfas.get(node)
+            if got is not None:
+                self._dfas.move_to_end(node)
+                return got
+        dfa = _product(node, self)
+        with self._lock:
+            self._dfas[node] = dfa
+            while len(self._dfas) > self.size:
+                self._dfas.popitem(last=False)
+        return dfa
+
+
 class _Table:
     """The node table under construction: records, byte masks and embedded product DFAs."""
 
-    def __init__(self) -> None:
+    def __init__(self, products: ProductCache | None) -> None:
+        self.products = products
         self.code: list[int] = []
         self.ptr: list[int] = [0]
         self.ids: dict[Node, int] = {}
@@ -53,7 +90,7 @@ class _Table:
             for item, required in node.items:
                 record += (add(item), int(required))
         elif isinstance(node, (Intersect, Difference)):
-            dfa = _product(node)
+            dfa = self.products.get(node) if self.products is not None else _product(node, None)
             self.dfas.append((np.ascontiguousarray(dfa.trans, dtype=np.int32), dfa.classes, dfa.accepting, dfa.start))
             record = [_EMBED, len(self.dfas) - 1]
         else:
@@ -69,21 +106,22 @@ class _Table:
         return np.frombuffer(data, dtype=np.uint8).reshape(-1, 32)
 
 
-def _product(node: Intersect | Difference) -> DFA:
+def _product(node: Intersect | Difference, products: ProductCache | None) -> DFA:
     if isinstance(node, Difference):
-        return difference(compile_dfa(node.left), compile_dfa(node.right))
-    result = compile_dfa(node.items[0])
+        return difference(compile_dfa(node.left, products), compile_dfa(node.right, products))
+    result = compile_dfa(node.items[0], products)
     for item in node.items[1:]:
-        result = intersect(result, compile_dfa(item))
+        result = intersect(result, compile_dfa(item, products))
     return result
 
 
-def compile_dfa(node: Node) -> DFA:
-    """IR node → pruned DFA. An empty language gives a DFA whose start is DEAD.
+def compile_dfa(node: Node, products: ProductCache | None = None) -> DFA:
+    """IR node → pruned DFA. An empty language gives a DFA whose start is DEAD. `products` keeps product DFAs
+    between compiles (a Compiler owns one).
 
     Raises UnsupportedSchemaError past MAX_NFA_STATES or MAX_DFA_STATES; a pending signal (a time limit)
     interrupts the core."""
-    table = _Table()
+    table = _Table(products)
     root = table.add(node)
     try:
         return from_core(_core.compile_ir(
