@@ -1,7 +1,7 @@
 """Issue 14: the differential schema fuzzer of tests/test_fuzz_schemas.py, run long.
 
 Draws `--schemas` schemas from the test's keyword grammar with their instances (valid ones from
-hypothesis-jsonschema, mutants of them, arbitrary JSON values), compiles each as `tooldec check-schemas` does and
+hypothesis-jsonschema, mutants of them, arbitrary JSON values, the values of `--walks` random walks of the guide), compiles each as `tooldec check-schemas` does and
 compares the guide with `jsonschema` on every instance. Each disagreement is shrunk to a minimal example (keywords
 and members removed while it persists) and counted by category: its direction (accepted-invalid is a soundness
 bug, rejected-valid a value the grammar leaves out) and, for accepted-invalid, the keyword `jsonschema` names, for
@@ -38,12 +38,13 @@ from test_fuzz_schemas import (  # the test defines the grammar
     draw_instances,
 )
 
-MAX_SHRINK_CHECKS = 150  # schema checks one minimisation may spend
-MAX_MINIMISED = 400  # disagreements minimised in one run (the first of each schema; the rest keep their raw form)
+MAX_SHRINK_CHECKS = 60  # schema checks one minimisation may spend
+MAX_MINIMISED = 100  # disagreements minimised in one run (the first of each schema; the rest keep their raw form)
 
 
-def run(compiler: Compiler, n: int, seed_value: int, bar: Progress) -> list[SchemaCheck]:
-    """Check `n` drawn schemas (hypothesis' generate phase only: no shrinking, no example database)."""
+def run(compiler: Compiler, n: int, seed_value: int, args_walks: int, bar: Progress) -> list[SchemaCheck]:
+    """Check `n` drawn schemas (hypothesis' generate phase only: no shrinking, no example database), each also
+    on `args_walks` random walks of its guide."""
     out: list[SchemaCheck] = []
     task = bar.add_task("schemas", total=n)
 
@@ -53,7 +54,8 @@ def run(compiler: Compiler, n: int, seed_value: int, bar: Progress) -> list[Sche
     )
     @given(schema=SCHEMAS, data=st.data())
     def one(schema: Any, data: st.DataObject) -> None:
-        out.append(check_schema(schema, draw_instances(data, schema), compiler))
+        walk_seed = data.draw(st.integers(0, 2**16))
+        out.append(check_schema(schema, draw_instances(data, schema), compiler, walks=args_walks, seed=walk_seed))
         bar.update(task, advance=1, description=f"schemas ({sum(len(r.disagreements) for r in out)} disagreements)")
 
     one()
@@ -85,6 +87,11 @@ def _smaller(v: Any) -> list[Any]:
     if v not in ({}, [], None, True, 0, ""):
         out.extend([{}, True, None, 0])
     return [c for c in out if _size(c) < _size(v)]
+
+
+def byte_compiler() -> Compiler:
+    """A compiler over the 256 single bytes: the same languages as any vocabulary, the cheapest index to build."""
+    return Compiler(Vocabulary.from_bytes([bytes([b]) for b in range(256)] + [None], eos_id=256))
 
 
 def minimise(d: Disagreement, compiler: Compiler) -> Disagreement:
@@ -144,7 +151,7 @@ def category(d: Disagreement) -> str:
 
 
 # -- report -------------------------------------------------------------------------------------------------
-def report(results: list[SchemaCheck], compiler: Compiler, seconds: float, args: argparse.Namespace) -> dict[str, Any]:
+def report(results: list[SchemaCheck], seconds: float, args: argparse.Namespace) -> dict[str, Any]:
     """Figures, disagreement counts by category and one minimal example per category."""
     status = Counter(r.status for r in results)
     reasons = Counter(r.reason.split(":")[0] for r in results if r.status == "unsupported")
@@ -152,12 +159,13 @@ def report(results: list[SchemaCheck], compiler: Compiler, seconds: float, args:
     by_cat: Counter[str] = Counter()
     examples: dict[str, dict[str, Any]] = {}
     minimised = 0
+    shrinker = byte_compiler()
     for r in compiled:
         if not r.disagreements:
             continue
         first = r.disagreements[0]
         if minimised < MAX_MINIMISED:
-            first = minimise(first, compiler)
+            first = minimise(first, shrinker)
             minimised += 1
         cat = category(first)
         by_cat[cat] += len(r.disagreements)
@@ -168,7 +176,7 @@ def report(results: list[SchemaCheck], compiler: Compiler, seconds: float, args:
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end",
-        "settings": {"schemas": args.schemas, "seed": args.seed, "tokenizer": str(args.tokenizer)},
+        "settings": {"schemas": args.schemas, "seed": args.seed, "walks": args.walks, "tokenizer": str(args.tokenizer)},
         "seconds": round(seconds, 1),
         "schemas": len(results),
         "compiled": status["compiled"],
@@ -219,6 +227,7 @@ def main() -> None:
     shared = Path(os.environ.get("TOOLDEC_SHARED", Path(__file__).resolve().parents[2] / "shared"))
     parser.add_argument("--schemas", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--walks", type=int, default=3, help="Random walks of each guide, checked valid.")
     parser.add_argument("--tokenizer", type=Path, default=shared / "tokenizers" / "llama3")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
@@ -227,8 +236,8 @@ def main() -> None:
     t0 = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns) as bar:
-        results = run(compiler, args.schemas, args.seed, bar)
-    doc = report(results, compiler, time.perf_counter() - t0, args)
+        results = run(compiler, args.schemas, args.seed, args.walks, bar)
+    doc = report(results, time.perf_counter() - t0, args)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fuzz_schemas.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     (args.out / "fuzz_schemas.md").write_text(markdown(doc), encoding="utf-8")

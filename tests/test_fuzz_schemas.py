@@ -32,6 +32,7 @@ from hypothesis_jsonschema import from_schema
 from tooldec.compiler import Compiler
 from tooldec.conformance import Compiled, accepts, compile_checked
 from tooldec.grammar.canonical import CanonicalWriter
+from tooldec.sample import WalkTooLong, random_walk
 from tooldec.vocab import Vocabulary
 
 KEYS = ["a", "b", "c"]
@@ -249,14 +250,23 @@ class SchemaCheck:
     disagreements: list[Disagreement] = field(default_factory=list)
 
 
-def check_schema(schema: Any, instances: list[Any], compiler: Compiler) -> SchemaCheck:
-    """Compile `schema` as check-schemas does and compare the guide with `jsonschema` on each instance."""
+def check_schema(schema: Any, instances: list[Any], compiler: Compiler, *, walks: int = 0, seed: int = 0) -> SchemaCheck:
+    """Compile `schema` as check-schemas does and compare the guide with `jsonschema` on each instance, and on
+    the values of `walks` random walks of the guide (each the guide accepts, so each must be valid)."""
     compiled = compile_checked(schema, compiler)
     out = SchemaCheck(status=compiled.status, reason=compiled.reason)
     if compiled.status != "compiled":
         return out
     validator = jsonschema.validators.validator_for(schema)(schema)
     writer = CanonicalWriter(schema)
+    if compiled.grammar is not None:
+        rng = random.Random(seed)
+        for _ in range(walks):
+            try:
+                guide = random_walk(compiled.grammar.guide(), rng, max_tokens=2000, steer_after=300)
+            except WalkTooLong:
+                continue
+            instances = [*instances, json.loads(guide.text())]
     for value in instances:
         if not _spellable(value):
             continue
@@ -333,7 +343,7 @@ def test_the_guide_accepts_an_instance_only_when_jsonschema_says_it_is_valid(byt
     @FUZZ
     @given(schema=SCHEMAS, data=st.data())
     def agree(schema: Any, data: st.DataObject) -> None:
-        res = check_schema(schema, draw_instances(data, schema), compiler)
+        res = check_schema(schema, draw_instances(data, schema), compiler, walks=2, seed=data.draw(st.integers(0, 99)))
         seen.append(res)
         assert res.status != "crashed", res.reason
         wrong = [d for d in res.disagreements if d.direction == "accepted-invalid"]

@@ -486,3 +486,62 @@ def test_huge_max_length_is_enforced_as_a_smaller_bound() -> None:
     with pytest.raises(UnsupportedSchemaError) as info:
         _dfa({"type": "string", "minLength": 20000})
     assert info.value.keyword == "minLength"
+
+
+# -- exact or refused (issue 14) ------------------------------------------------------------------------------
+
+OPEN_VALUES = [{}, {"a": 1}, {"b": 2}, {"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}, {"body": 1}, {"body": 1, "bodyValue": 2}, 0, "x", []]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"oneOf": [{"type": "object", "required": ["a"]}, {"type": "object", "required": ["b"]}]},
+        {"oneOf": [{"required": ["a"]}, {"required": ["b"]}, {"type": "object"}]},
+        {"not": {"required": ["body", "bodyValue"]}},
+        {"type": "object", "not": {"required": ["body", "bodyValue"]}},
+        {"not": {"oneOf": [{}, {}]}},
+        {"not": {"oneOf": [{"type": "integer"}, {"minimum": 0}, {"type": "object"}]}},
+    ],
+)
+def test_one_of_over_open_objects_and_not_over_required_are_exact(schema: dict[str, Any]) -> None:
+    """The shapes issue 14 found accepted though invalid: an object matching two open `oneOf` branches, `not`
+    over `required`; and a `oneOf` under `not`, which keeps its exclusivity (`not: {oneOf: [{}, {}]}` is every
+    value). Exact on these values, at the top level and nested in a property, with JSON Schema's open objects."""
+    _agrees(schema, OPEN_VALUES, additional_properties=True)
+    nested = {"type": "object", "properties": {"p": schema}, "required": ["p"]}
+    _agrees(nested, [{"p": v} for v in OPEN_VALUES], additional_properties=True)
+
+
+def test_required_keys_without_a_property_and_enum_objects_are_written_as_the_grammar_lays_them_out() -> None:
+    """Canonical order: a required key without a property schema comes before other extra keys; an enum object is
+    spelled in the schema's key order, and an enum number as the schema writes it."""
+    _agrees({"required": ["c"]}, [{"b": 0, "c": {}}, {"c": 1, "b": 0}, {"b": 0}], additional_properties=True)
+    _agrees({"anyOf": [{"enum": [{"c": 0.5, "a": {}}]}, {"type": "string"}]}, [{"a": {}, "c": 0.5}, "x", {"a": {}}])
+    _agrees({"enum": [2.0, [1]]}, [2, 2.0, [1.0], [1], 3])
+
+
+def test_any_value_nests_deep_within_a_state_budget(bytelevel_vocab: Vocabulary) -> None:
+    """One place holding any value nests 7 containers deep (8 with an empty innermost one), mixing arrays and
+    objects; more places share the budget, down to MIN_ANY_DEPTH; a fixed any_depth still applies."""
+    from tooldec.grammar.schema import MAX_ANY_DEPTH, MIN_ANY_DEPTH, affordable_any_depth
+
+    assert [affordable_any_depth(n) for n in (1, 2, 4, 8, 100)] == [MAX_ANY_DEPTH, 6, 5, 4, MIN_ANY_DEPTH]
+
+    def nest(depth: int, inner: Any = (1, "x")) -> Any:
+        value: Any = list(inner)
+        for i in range(depth - 1):
+            value = {"k": value, "n": None} if i % 2 else [value, 2.5]
+        return value
+
+    schema = {"type": "object", "properties": {"id": {"type": "integer"}}, "additionalProperties": True}
+    dfa = _dfa(schema)
+    assert dfa.accepts(json.dumps({"id": 1, "extra": nest(7)}).encode())
+    assert dfa.accepts(json.dumps({"id": 1, "extra": nest(8, inner=[])}).encode())  # an empty eighth level
+    assert not dfa.accepts(json.dumps({"id": 1, "extra": nest(8)}).encode())
+    assert not _dfa(schema | {"properties": {f"p{i}": {} for i in range(9)}}).accepts(
+        json.dumps({"p0": nest(5)}).encode()
+    )
+    fixed = compile_dfa(SchemaCompiler(schema, any_depth=2).value())
+    assert fixed.accepts(json.dumps({"extra": nest(2)}).encode()) and not fixed.accepts(json.dumps({"extra": nest(3)}).encode())
+    assert feed(Compiler(bytelevel_vocab).compile_schema(schema).guide(), bytelevel_vocab.encode(json.dumps({"extra": nest(7)})))

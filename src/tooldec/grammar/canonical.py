@@ -14,6 +14,7 @@ from typing import Any
 from jsonschema.validators import validator_for
 
 from tooldec.grammar.refs import resolve_pointer
+from tooldec.grammar.schema import value_key
 from tooldec.grammar.syntax import JSON, ValueSyntax
 
 
@@ -105,22 +106,28 @@ class CanonicalWriter:
 
     def _dump(self, value: Any, schema: Any, depth: int) -> str:
         syn = self.syntax
-        if isinstance(value, dict):
+        if isinstance(value, (dict, list, int, float)) and not isinstance(value, bool):
             parts = self._parts(value, schema)
+            listed = _listed(parts, value)
+            if listed is not None:
+                return syn.dumps(listed)  # an enum / const value is spelled as the schema writes it
+        if isinstance(value, dict):
             parts += [p for part in list(parts) for d in _triggered(part, value) for p in self._parts(value, d)]
             seen: dict[str, Any] = {}
             for part in parts:
                 props = part.get("properties")
                 for name, sub in props.items() if isinstance(props, dict) else ():
                     seen.setdefault(name, sub)
-            keys = [k for k in seen if k in value] + [k for k in value if k not in seen]
+            # required keys without a property schema come next, as the schema compiler lays them out
+            required = [r for part in parts for r in _required(part) if r not in seen]
+            order = [*seen, *dict.fromkeys(required)]
+            keys = [k for k in order if k in value] + [k for k in value if k not in order]
             fields = [
                 syn.dumps(str(k)) + syn.key_sep + self._dump(value[k], self._member_schema(parts, seen, str(k)), depth + 1)
                 for k in keys
             ]
             return "{" + syn.item_sep.join(fields) + "}"
         if isinstance(value, list):
-            parts = self._parts(value, schema)
             return "[" + syn.item_sep.join(
                 self._dump(v, self._items_schema(parts, i), depth + 1) for i, v in enumerate(value)
             ) + "]"
@@ -139,6 +146,23 @@ def _search(pattern: Any, key: str) -> bool:
     """Whether a patternProperties pattern matches a key (Python's reading; only used to pick key orders)."""
     rx = _compiled(pattern) if isinstance(pattern, str) else None
     return bool(rx and rx.search(key))
+
+
+def _required(schema: dict) -> list[str]:
+    req = schema.get("required")
+    return [r for r in req if isinstance(r, str)] if isinstance(req, list) else []
+
+
+def _listed(parts: list[dict], value: Any) -> Any:
+    """The entry of an `enum` / `const` among `parts` equal to `value`, a container or number (None when none is;
+    `1.0` equals `1`, but `true` does not)."""
+    key = value_key(value)
+    for part in parts:
+        entries = [part["const"]] if "const" in part else part.get("enum")
+        for entry in entries if isinstance(entries, list) else ():
+            if not isinstance(entry, (bool, str)) and entry is not None and value_key(entry) == key:
+                return entry
+    return None
 
 
 def _triggered(schema: dict, value: dict) -> list[Any]:

@@ -56,7 +56,14 @@ from tooldec.grammar.strings import (
 from tooldec.grammar.syntax import JSON, ValueSyntax
 
 DEFAULT_REF_DEPTH = 3
-DEFAULT_ANY_DEPTH = 3
+# Any value (`true`, `{}`, additionalProperties absent or true, arrays without items) nests MIN_ANY_DEPTH to
+# MAX_ANY_DEPTH containers deep. An automaton must remember, per open container, whether it is an array or an
+# object, so each place holding any value costs about ANY_LEVEL_STATES * 2**(depth + 1) states: a schema's places
+# share ANY_VALUE_BUDGET states, and the depth is the largest that fits (at least MIN_ANY_DEPTH).
+MIN_ANY_DEPTH = 3
+MAX_ANY_DEPTH = 7
+ANY_LEVEL_STATES = 77
+ANY_VALUE_BUDGET = 20_000
 MAX_KEY_REGIONS = 64  # patternProperties: key regions (sets of patterns matching together) at most
 MAX_DEPENDENCIES = 8  # dependencies split an object into up to 2**8 cases
 MAX_TRACKED_KEYS = 6  # on a difference's right side, objects in any key order track this many required keys
@@ -121,7 +128,7 @@ class SchemaCompiler:
         syntax: ValueSyntax = JSON,
         tool: str | None = None,
         max_ref_depth: int = DEFAULT_REF_DEPTH,
-        any_depth: int = DEFAULT_ANY_DEPTH,
+        any_depth: int | None = None,
         additional_properties: bool = False,
     ) -> None:
         self.root = root
@@ -142,6 +149,9 @@ class SchemaCompiler:
         # (scanners that read values without their schema are given this depth, so they cut nothing).
         self._depth = 0
         self._deepest = 0
+        # the depth of any value in the build under way, and how many places it has been compiled into
+        self._any_depth = MIN_ANY_DEPTH if any_depth is None else any_depth
+        self._any_places = 0
 
     # -- errors -----------------------------------------------------------------------------------------
     def _unsupported(self, keyword: str, path: str, detail: str = "") -> UnsupportedSchemaError:
@@ -152,8 +162,22 @@ class SchemaCompiler:
 
     # -- entry ------------------------------------------------------------------------------------------
     def value(self, schema: Any = None, path: str = "#") -> Node:
-        """IR for one value valid under `schema` (default: the root)."""
-        return self._compile(self.root if schema is None else schema, path)
+        """IR for one value valid under `schema` (default: the root).
+
+        Without a fixed `any_depth`, the schema is built at MIN_ANY_DEPTH first, counting the places that hold
+        any value, and built again at the largest depth whose automata fit ANY_VALUE_BUDGET states together.
+        """
+        target = self.root if schema is None else schema
+        if self.any_depth is not None:
+            return self._compile(target, path)
+        deepest = self._deepest
+        self._any_depth, self._any_places = MIN_ANY_DEPTH, 0
+        node = self._compile(target, path)
+        depth = affordable_any_depth(self._any_places)
+        if depth > MIN_ANY_DEPTH:
+            self._deepest, self._any_depth = deepest, depth
+            node = self._compile(target, path)
+        return node
 
     def _flipped(self, schema: Any, path: str) -> Node:
         """`schema` compiled at the other polarity (for the right side of a difference)."""
@@ -206,8 +230,9 @@ class SchemaCompiler:
         if schema is True:
             if self._negative:
                 return self._any_superset()
-            self._reached(self.any_depth + 1)
-            return self.any_value(self.any_depth)
+            self._any_places += 1
+            self._reached(self._any_depth + 1)
+            return self.any_value(self._any_depth)
         if schema is False:
             return NOTHING
         if not isinstance(schema, dict):
@@ -304,12 +329,18 @@ class SchemaCompiler:
             else:
                 specs.append((br, bpath))
         nodes = [self._compile(s, p) for s, p in specs]
-        exclusive = key == "oneOf" and len(nodes) > 1 and not self._negative
+        exclusive = key == "oneOf" and len(nodes) > 1
         if exclusive and not _disjoint_types(branches) and not self._discriminated(base, branches):
-            # a value matching two branches is no instance: each branch minus (a superset of) the others
-            supersets = [self._flipped(s, p) for s, p in specs]
+            # a value matching two branches is no instance: each branch minus the others, at the other polarity
+            # (positive: a superset of them is removed; negative: a subset, so that a superset remains)
+            try:
+                others = [self._flipped(s, p) for s, p in specs]
+            except UnsupportedSchemaError:
+                if not self._negative:
+                    raise
+                return alt(*nodes)  # negative: a branch refused as a subset; the union is a superset still
             return alt(*(
-                self._minus(n, alt(*(m for j, m in enumerate(supersets) if j != i))) for i, n in enumerate(nodes)
+                self._minus(n, alt(*(m for j, m in enumerate(others) if j != i))) for i, n in enumerate(nodes)
             ))
         return alt(*nodes)
 
@@ -333,9 +364,9 @@ class SchemaCompiler:
             return None
         out: set[Any] | None = None
         if "const" in schema:
-            out = {_value_key(schema["const"])}
+            out = {value_key(schema["const"])}
         elif isinstance(schema.get("enum"), list):
-            out = {_value_key(v) for v in schema["enum"]}
+            out = {value_key(v) for v in schema["enum"]}
         for part in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
             vals = self._const_values(part, depth + 1)
             if vals is not None:
@@ -954,6 +985,14 @@ class SchemaCompiler:
         return alt(*scalars, array, obj)
 
 
+def affordable_any_depth(places: int) -> int:
+    """The deepest any value that `places` copies of can nest within ANY_VALUE_BUDGET states (see MIN_ANY_DEPTH)."""
+    depth = MIN_ANY_DEPTH
+    while depth < MAX_ANY_DEPTH and max(places, 1) * ANY_LEVEL_STATES * 2 ** (depth + 2) <= ANY_VALUE_BUDGET:
+        depth += 1
+    return depth
+
+
 class _Automaton:
     """A compiled key language: membership of one byte string and emptiness."""
 
@@ -981,7 +1020,7 @@ def _json_depth(v: Any) -> int:
     return 0
 
 
-def _value_key(v: Any) -> Any:
+def value_key(v: Any) -> Any:
     """A hashable key equal for values JSON Schema deems equal (1 == 1.0 at any depth, but true != 1)."""
     if isinstance(v, bool) or v is None:
         return ("literal", v)
@@ -990,9 +1029,9 @@ def _value_key(v: Any) -> Any:
     if isinstance(v, str):
         return ("string", v)
     if isinstance(v, list):
-        return ("array", tuple(_value_key(x) for x in v))
+        return ("array", tuple(value_key(x) for x in v))
     if isinstance(v, dict):
-        return ("object", frozenset((k, _value_key(x)) for k, x in v.items()))
+        return ("object", frozenset((k, value_key(x)) for k, x in v.items()))
     return ("other", repr(v))
 
 
