@@ -1,0 +1,293 @@
+"""What the default model of `tooldec run` answers, and in how many seconds: the table of docs/models.md.
+
+Three parts, each through the code path of `tooldec run` (cli.make_agent and cli.answer: the same agents,
+prompts and stored prompt prefix):
+
+1. cold/warm: the README command `tooldec run "What is 3.14 times 123?"` as its own process, first with this
+   prompt's stored prefix deleted (the model already fetched and converted), then again; wall seconds of each,
+   `--pairs` times back to back.
+2. FuncQA: the first `--funcqa` one-hop questions with the FuncQA math tools (toolken format, as `tooldec run`
+   without `--tools`); right when within 0.1% of the gold answer (ToolkenGPT's tolerance).
+3. everyday: 10 questions on weather, currency and units with `--tools examples/everyday_tools.py` (ReAct, as
+   `tooldec run --tools FILE`); right when the answer holds the gold call's result (numbers within 1%).
+
+Seconds per question are the agent's whole answer (prefill of the question, decoding, tool calls) with the model
+loaded once. The machine's 1-minute load average is recorded beside each part: on a shared machine every
+figure is inflated by the other work.
+
+    nice python benchmarks/default_model.py [--model NAME] [--funcqa 30] [--pairs 2] [--everyday 10] [--formats react,chat]
+        [--shared ../shared] [--out benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+from tooldec.agents.executor import load_executor
+from tooldec.backends import DEFAULT_MODEL, load_model
+from tooldec.backends.loader import idle_cores
+from tooldec.backends.prefix_store import PrefixStore, stable_prefix
+from tooldec.backends.progress import quiet_libraries
+from tooldec.cli import answer, make_agent
+from tooldec.decoding import SamplingParams
+from tooldec.eval import data as datasets
+from tooldec.eval.metrics import funcqa_correct
+
+README_QUESTION = "What is 3.14 times 123?"
+EVERYDAY = [  # question, the call that answers it, what the answer must say besides the call's number
+    ("What's the weather in Paris right now?", "get_weather", {"city": "Paris"}),
+    ("Is it sunny in Tokyo today?", "get_weather", {"city": "Tokyo"}),
+    (
+        "What is the temperature in New York in Fahrenheit?",
+        "get_weather",
+        {"city": "New York", "unit": "fahrenheit"},
+    ),
+    (
+        "How much is 50 US dollars in euros?",
+        "convert_currency",
+        {"amount": 50, "from_currency": "USD", "to_currency": "EUR"},
+    ),
+    (
+        "Convert 200 euros to Japanese yen.",
+        "convert_currency",
+        {"amount": 200, "from_currency": "EUR", "to_currency": "JPY"},
+    ),
+    (
+        "How many British pounds do I get for 120 Swiss francs?",
+        "convert_currency",
+        {"amount": 120, "from_currency": "CHF", "to_currency": "GBP"},
+    ),
+    (
+        "How many kilometers is a 26.2 mile marathon?",
+        "convert_units",
+        {"value": 26.2, "from_unit": "mile", "to_unit": "km"},
+    ),
+    (
+        "What is 100 degrees Fahrenheit in Celsius?",
+        "convert_units",
+        {"value": 100, "from_unit": "fahrenheit", "to_unit": "celsius"},
+    ),
+    (
+        "How many pounds is 70 kilograms?",
+        "convert_units",
+        {"value": 70, "from_unit": "kg", "to_unit": "pound"},
+    ),
+    (
+        "How many liters are in 5 gallons?",
+        "convert_units",
+        {"value": 5, "from_unit": "gallon", "to_unit": "liter"},
+    ),
+]
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def load_average() -> float:
+    """The 1-minute load average."""
+    return round(os.getloadavg()[0], 2)
+
+
+def everyday_right(answer_text: str | None, gold: Any) -> bool:
+    """Whether an answer states the gold result: its first number within 1%, or for a weather line
+    ("23 °C, sunny") its temperature or its conditions."""
+    if not answer_text:
+        return False
+    if isinstance(gold, str) and gold.partition(", ")[2].lower() in answer_text.lower():
+        return True
+    first = NUMBER.search(str(gold))
+    target = float(first.group().replace(",", "")) if first else float(gold)
+    return any(
+        abs(float(n.replace(",", "")) - target) <= abs(target) * 0.01 for n in NUMBER.findall(answer_text)
+    )
+
+
+def cold_warm(model: str, store: PrefixStore, lm: Any, pairs: int) -> list[dict[str, Any]]:
+    """Wall seconds of the README command in its own process with this prompt's stored prefix deleted, then kept."""
+    executor = load_executor(None)
+    _, render = make_agent(lm, executor, "toolken")
+    path = store.path(store.key(lm.model, stable_prefix(lm.tokenizer.encode, render)))
+    cmd = [sys.executable, "-m", "tooldec", "run", README_QUESTION, "--json", "--model", model]
+    rows = []
+    for _ in range(pairs):
+        path.unlink(missing_ok=True)
+        row: dict[str, Any] = {}
+        for label in ("cold", "warm"):
+            load = load_average()
+            start = time.perf_counter()
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            seconds = time.perf_counter() - start
+            out = json.loads(done.stdout.strip().splitlines()[-1])
+            row[label] = {
+                "seconds": round(seconds, 1),
+                "load": load,
+                "answer": out["answer"],
+                "stored_prefix": out["warm_start"]["stored"],
+            }
+            print(label, row[label], flush=True)
+        rows.append(row)
+    return rows
+
+
+def run_questions(agent: Any, render: Any, items: list[tuple[str, Any]], right: Any) -> list[dict[str, Any]]:
+    """Answer each (question, gold) with the warm start; seconds, answer, calls and whether it is right."""
+    rows = []
+    for question, gold in items:
+        load = load_average()
+        start = time.perf_counter()
+        with quiet_libraries():
+            result, _ = answer(agent, render, question)
+        seconds = time.perf_counter() - start
+        row = {
+            "question": question,
+            "gold": gold,
+            "answer": result.answer,
+            "right": bool(right(result.answer, gold)),
+            "calls": [f"{c.name}({json.dumps(c.arguments)})" for c in result.calls],
+            "tokens": result.tokens,
+            "seconds": round(seconds, 2),
+            "load": load,
+            "text": result.text,
+        }
+        print(
+            json.dumps({k: row[k] for k in ("question", "answer", "right", "calls", "seconds", "load")}),
+            flush=True,
+        )
+        rows.append(row)
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Right answers and seconds per question of one part."""
+    seconds = [r["seconds"] for r in rows]
+    return {
+        "questions": len(rows),
+        "right": sum(r["right"] for r in rows),
+        "median_s": round(statistics.median(seconds), 1),
+        "mean_s": round(statistics.fmean(seconds), 1),
+        "load": f"{min(r['load'] for r in rows):.1f}-{max(r['load'] for r in rows):.1f}",
+    }
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The results as markdown: the summary table, cold/warm runs, then every question."""
+    lines = [
+        f"Model `{doc['model']}`, torch threads {doc['threads']}, made by:",
+        "",
+        *[f"- {c}" for c in doc["commands"]],
+        "",
+        "| set | questions | right | median s/question | mean s/question | load average (2 cores) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for name, part in doc["parts"].items():
+        s = part["summary"]
+        lines.append(
+            f"| {name} | {s['questions']} | {s['right']} | {s['median_s']} | {s['mean_s']} | {s['load']} |"
+        )
+    if doc["cold_warm"]:
+        lines += [
+            "",
+            "| README command | empty prefix cache (s) | stored prefix (s) | warm / cold | load average |",
+            "|---|---:|---:|---:|---|",
+        ]
+        for i, row in enumerate(doc["cold_warm"], start=1):
+            cold, warm = row["cold"], row["warm"]
+            lines.append(
+                f"| run pair {i} | {cold['seconds']} | {warm['seconds']} | "
+                f"{warm['seconds'] / cold['seconds']:.2f} | {cold['load']}, {warm['load']} |"
+            )
+    for name, part in doc["parts"].items():
+        lines += [
+            "",
+            f"### {name}",
+            "",
+            "| question | answer | right | calls | s | load |",
+            "|---|---|---|---|---:|---:|",
+        ]
+        for r in part["rows"]:
+            answer_text = str(r["answer"]).replace("|", "/").replace("\n", " ")[:60]
+            lines.append(
+                f"| {r['question'][:80]} | {answer_text} | {'yes' if r['right'] else 'no'} | "
+                f"{'; '.join(r['calls'])[:80]} | {r['seconds']} | {r['load']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def save(doc: dict[str, Any], out: Path, stem: str) -> str:
+    """Write the results so far to out/stem.json and out/stem.md (after every part: a long run keeps its parts)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    text = markdown(doc)
+    (out / f"{stem}.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    """Run the parts asked for and write default_model.json and default_model.md to --out."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--funcqa", type=int, default=30, help="first N FuncQA one-hop questions (0: none)")
+    parser.add_argument(
+        "--pairs", type=int, default=2, help="cold/warm pairs of the README command (0: none)"
+    )
+    parser.add_argument("--everyday", type=int, default=len(EVERYDAY), help="first N everyday questions")
+    parser.add_argument("--formats", default="react", help="formats for the everyday questions (react, chat)")
+    parser.add_argument("--shared", default=os.environ.get("TOOLDEC_SHARED", str(ROOT.parent / "shared")))
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--stem", default="default_model")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the parts of out/stem.json that are not run again"
+    )
+    args = parser.parse_args()
+
+    threads = idle_cores()
+    lm = load_model(args.model, threads=threads, progress=True)
+    params = SamplingParams()
+    command = "nice python benchmarks/default_model.py " + " ".join(sys.argv[1:])
+    doc: dict[str, Any] = {
+        "model": args.model,
+        "threads": threads,
+        "commands": [],
+        "cold_warm": [],
+        "parts": {},
+    }
+    if args.keep and (args.out / f"{args.stem}.json").is_file():
+        doc = json.loads((args.out / f"{args.stem}.json").read_text())
+    doc["commands"].append(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {command}")
+    if args.pairs:
+        doc["cold_warm"] = cold_warm(args.model, PrefixStore(), lm, args.pairs)
+        save(doc, args.out, args.stem)
+    if args.funcqa:
+        data = datasets.load_funcqa("oh", args.shared)
+        agent, render = make_agent(lm, load_executor(None), "toolken", params=params, max_new_tokens=256)
+        items = [(item.question, item.answer) for item in data.items[: args.funcqa]]
+        rows = run_questions(agent, render, items, funcqa_correct)
+        doc["parts"][f"FuncQA one-hop, first {len(rows)} (toolken)"] = {
+            "summary": summary(rows),
+            "rows": rows,
+        }
+        save(doc, args.out, args.stem)
+    tools = str(ROOT / "examples" / "everyday_tools.py")
+    functions = load_executor(tools).functions
+    for fmt in [f.strip() for f in args.formats.split(",") if f.strip()]:
+        agent, render = make_agent(lm, load_executor(tools), fmt, params=params, max_new_tokens=256)
+        items = [(q, functions[name](**arguments)) for q, name, arguments in EVERYDAY[: args.everyday]]
+        rows = run_questions(agent, render, items, everyday_right)
+        doc["parts"][f"everyday, --tools examples/everyday_tools.py ({fmt})"] = {
+            "summary": summary(rows),
+            "rows": rows,
+        }
+        save(doc, args.out, args.stem)
+    print(markdown(doc))
+
+
+if __name__ == "__main__":
+    main()
