@@ -4,6 +4,7 @@ report, CLI."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -332,12 +333,16 @@ def test_a_cell_that_fails_its_check_gets_failed_batch_entries(tok_dir: Path, vo
 
 
 @pytest.fixture
-def eager_torch(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The peers' torch.compile'd apply kernels run eagerly (same function; compiling takes ~10 s per shape)."""
+def eager_torch() -> Iterator[None]:
+    """The peers' torch.compile'd apply kernels run eagerly (same function; compiling takes ~10 s per shape).
+
+    Through the config's own patch: monkeypatch's undo deleted the setting from torch's config module, so the
+    next test found no `disable` at all (AttributeError, seen in a fresh CI environment)."""
     pytest.importorskip("torch")
     import torch._dynamo
 
-    monkeypatch.setattr(torch._dynamo.config, "disable", True)
+    with torch._dynamo.config.patch(disable=True):
+        yield
 
 
 @pytest.mark.usefixtures("eager_torch")
