@@ -15,6 +15,10 @@ from tooldec.grammar.calls import get_format
 from tooldec.specs import ToolSpec
 from tooldec.vocab import Vocabulary
 
+HEALING = Vocabulary([None, *(bytes([b]) for b in range(32, 127)), b"\n", b"<m", b"ilitary", b"_branch", b">(\"",
+                      b"\")=", b"ordering"], [0])
+"""Single bytes, and the merges a BPE makes of `<military_branch>("x")=`: the call's `<` rarely stands alone."""
+
 TOOLS = [ToolSpec("get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})]
 CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 OPENINGS = [o for o, _ in BLOCKS]
@@ -40,8 +44,8 @@ def test_either_trigger_opens_a_guided_call(bytelevel_vocab: Vocabulary) -> None
         assert event.text.endswith(rest) and event.text.removesuffix(rest) in OPENINGS
     required = CallController(grammar, trigger=OPENINGS, tool_choice="required")
     assert required.forced() == [bytelevel_vocab.special_ids["<tool_call>"]]
-    assert CallController(grammar, trigger=OPENINGS[::-1], tool_choice="required").forced() == \
-        bytelevel_vocab.encode("```json")
+    fence = CallController(grammar, trigger=OPENINGS[::-1], tool_choice="required").forced()
+    assert fence and bytelevel_vocab.encode("```json")[: len(fence)] == fence
 
 
 def test_a_control_token_trigger_the_grammar_spells_is_not_expected_twice(bytelevel_vocab: Vocabulary) -> None:
@@ -93,3 +97,25 @@ def test_the_free_baseline_reads_the_same_shapes() -> None:
     calls, errors = parse_free_calls(text, CHAT_SYNTAXES["hermes"])
     assert [c.name for c in calls] == ["get_weather"] * 2 and len(errors) == 1
     assert CHAT_SYNTAXES["hermes"].triggers == ("<tool_call>", "```json")
+
+
+def _ids(vocab: Vocabulary, *pieces: bytes) -> list[int]:
+    return [vocab.token_bytes.index(p) for p in pieces]
+
+
+def test_a_forced_stretch_leaves_its_last_token_to_the_model_when_a_longer_one_may_follow() -> None:
+    tools = [ToolSpec(n, "", {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]})
+             for n in ("military_branch", "bordering_cities")]
+    grammar = Compiler(HEALING).compile(tools, "toolken")
+    ctrl = CallController(grammar, trigger="<", tool_choice="required")
+    assert ctrl.forced() == []  # not a lone `<`: the model may write `<m`
+    ctrl.accept_tokens(_ids(HEALING, b"<m", b"ilitary"))
+    # `_branch>("` is forced, but `>("` is held back only if a longer token could follow it: none here
+    assert ctrl.forced() == _ids(HEALING, b"_branch", b'>("')
+    ctrl.accept_tokens(ctrl.forced() + HEALING.encode("x"))
+    [event] = ctrl.accept_tokens(_ids(HEALING, b'")='))
+    assert event.calls[0].name == "military_branch" and event.text == '<military_branch>("x")='
+    # with jump-forward's canonical `<` a required call still starts with the trigger
+    walked = CallController(grammar, trigger="<", tool_choice="required")
+    [event] = walked.accept_tokens(HEALING.encode('<bordering_cities>("y")='))
+    assert event.calls[0].name == "bordering_cities"

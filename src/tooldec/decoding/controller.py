@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import re
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
@@ -69,6 +70,25 @@ def fill_bitmasks(policies: Sequence[Policy], out: np.ndarray, rows: Sequence[in
     """Fill row `rows[i]` (default i) of the `int32[B, W]` array `out` with policy i's mask, in one core call."""
     rows_arr = np.arange(len(policies), dtype=np.int32) if rows is None else np.asarray(rows, dtype=np.int32)
     _core.fill_bitmasks(out, [p.mask_source() for p in policies], rows_arr, threads)
+
+
+_RUN_ON: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], bool]] = weakref.WeakKeyDictionary()
+
+
+def _runs_on(index: Any, state: int, token: int) -> bool:
+    """Whether a longer token that starts with `token`'s bytes is allowed in `state` (cached per index).
+
+    Then a forced stretch stops before `token`: the model writes the stretch's end merged with what follows, as
+    it would unguided (`<m` `ilitary` rather than a forced `<` it rarely saw before `military`)."""
+    cache = _RUN_ON.setdefault(index, {})
+    got = cache.get((state, token))
+    if got is None:
+        tb = index.vocab.token_bytes
+        head = tb[token] or b""
+        got = cache[(state, token)] = any(
+            len(b) > len(head) and b.startswith(head) for t in index.allowed_ids(state) if (b := tb[t])
+        )
+    return got
 
 
 def _allows(source: MaskSource, token_id: int) -> bool:
@@ -174,7 +194,17 @@ class CallController:
                 self._unspelled = opened.opening.decode()
                 break
             guide.advance(token)  # a text trigger is always spelled by the grammar
-        if forced:
+        if forced and opened.token_id is None:
+            # a required text trigger is forced but for a last token that may run on into the call, which the
+            # model then writes itself (`<m`), as in forced(); the guide was walked over the forced tokens only
+            held = False
+            if spelled:
+                guide.rollback(1)
+                held = _runs_on(guide.index, guide.state, spelled[-1])
+                if not held:
+                    guide.advance(spelled[-1])
+            self._pending_trigger = spelled[:-1] if held else spelled
+        elif forced:
             self._pending_trigger = opened.tokens()
 
     def mask_source(self) -> MaskSource:
@@ -198,7 +228,8 @@ class CallController:
 
     def forced(self) -> list[int]:
         """Tokens that must come next whatever the model says: a forced trigger, then the forced stretch of the
-        call, canonically tokenised (jump-forward). Accept them before asking for the next token."""
+        call, canonically tokenised (jump-forward), but for a last token that a longer allowed token extends
+        (the model may merge the stretch's end with what follows). Accept them before asking for the next token."""
         if self._pending_trigger:
             return list(self._pending_trigger)
         if self.mode is not Mode.TOOL:
@@ -210,11 +241,12 @@ class CallController:
         tokens = self.vocab.encode(data)
         index = self._guide.index
         state = self._guide.state
+        before = state
         for token in tokens:
-            state = index.next_state(state, token)
+            before, state = state, index.next_state(state, token)
             if state <= 0:
                 return []
-        return tokens
+        return tokens[:-1] if _runs_on(index, before, tokens[-1]) else tokens
 
     def accept_token(self, token_id: int) -> CallEvent | None:
         """Take the next token of the sequence; returns the call it completes, if any.

@@ -238,6 +238,14 @@ def call_format(fmt: str, tools: ToolSet | Sequence[ToolSpec], decoding: str) ->
     return with_aliases(fmt, tools) if decoding == "tooldec" else get_format(fmt)
 
 
+def spelled_text(vocab: Any, tokens: Sequence[int]) -> str:
+    """A generation's text with its control tokens but EOS written by name: a `<tool_call>` that is one special
+    token of the tokenizer is part of the call the record scores (`Generation.text` leaves it out)."""
+    names = {v: k for k, v in vocab.special_ids.items()}
+    parts = [vocab.token_bytes[t] or names.get(t, "").encode() for t in tokens if t not in vocab.eos_ids]
+    return b"".join(parts).decode("utf-8", errors="replace")
+
+
 def _guidance(lm: LoadedModel, steps: Sequence[Any], decoding: str) -> dict[str, Any]:
     """A ToolDec record's `guidance` field: the mass its masks removed and where they overrode the model."""
     return {"guidance": summarize(steps, lm.vocab)} if decoding == "tooldec" else {}
@@ -628,7 +636,8 @@ def _bfcl(
         full_text, _ = _bfcl_tools(specs, None)
         parse = None if decoding == "tooldec" else LenientHermes().parse
         checker = SyntaxChecker(specs, call_format("hermes", specs, decoding))
-        attempts = hermes_attempts(gen.text, gen.finish_reason == "length")
+        text = spelled_text(lm.vocab, gen.tokens) if gen.tokens else gen.text  # a replayed record has no tokens
+        attempts = hermes_attempts(text, gen.finish_reason == "length")
         kind, calls = verdicts(checker, attempts, fuzzy=fuzzy, parse=parse)
         made = []
         for attempt in attempts:
@@ -654,7 +663,7 @@ def _bfcl(
             error_type=why,
             syntax_error=kind,
             calls=calls,
-            text=gen.text,
+            text=text,
             finish_reason=gen.finish_reason,
             tokens_per_tool=len(encode(tool_text)) / len(specs),
             tokens_per_tool_uncompressed=len(encode(full_text)) / len(specs),
