@@ -126,12 +126,16 @@ def one_of_bytes(chars: bytes | str) -> Bytes:
     return Bytes(byte_mask(data))
 
 
+_BYTE = tuple(Bytes(1 << b) for b in range(256))
+"""One node per single byte, shared by every literal (their hashes are computed once)."""
+
+
 def lit(text: bytes | str) -> Node:
     """Exactly this byte string (a str is encoded as UTF-8)."""
     data = text.encode() if isinstance(text, str) else text
     if len(data) == 1:
-        return Bytes(1 << data[0])
-    return Seq(tuple(Bytes(1 << b) for b in data))
+        return _BYTE[data[0]]
+    return Seq(tuple(_BYTE[b] for b in data))
 
 
 def seq(*items: Node) -> Node:
