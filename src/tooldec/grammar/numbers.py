@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -14,10 +15,10 @@ from tooldec.grammar.ir import (
     Bytes,
     Difference,
     Intersect,
-    byte_mask,
     Node,
     Repeat,
     alt,
+    byte_mask,
     byte_range,
     lit,
     one_of_bytes,
@@ -331,7 +332,7 @@ def _canonical(value: Fraction) -> str:
     return _fixed(value, places)
 
 
-def near_spellings(value: int | float) -> Node:
+def near_spellings(value: float) -> Node:
     """A superset of the numbers equal to `value` in exact decimal or binary floating-point arithmetic.
 
     Those lie within one unit of its 15th significant digit (binary rounding is finer): the decimals there
@@ -401,13 +402,17 @@ class DigitLimits:
 DEFAULT_DIGITS = DigitLimits()
 
 
-def _written(v: int | float) -> Fraction:
+def _written(v: float) -> Fraction:
     """A bound as the decimal it is written as (`0.1` is 1/10)."""
     return Fraction(repr(v)) if isinstance(v, float) else Fraction(v)
 
 
+@functools.lru_cache(maxsize=64)
 def digit_shape(limits: DigitLimits) -> Node:
-    """Every spelling `-I.FeX` with at most `limits` digits in each part: a finite language, so it always ends."""
+    """Every spelling `-I.FeX` with at most `limits` digits in each part: a finite language, so it always ends.
+
+    Kept per limits (a few distinct ones in practice): every numeric parameter of every tool asks for it, and
+    the product cache recognises the same node at once."""
     return seq(
         opt(lit("-")),
         Repeat(DIGIT, 1, limits.integer),
