@@ -1,7 +1,7 @@
 """IR → DFA: the grammar IR as a node table for the compiled core, which builds the Thompson NFA and runs the
 subset construction; Intersect and Difference nodes become product DFAs first (built here, bottom up).
 
-The table lists every distinct node once, children before parents (see `Thompson` in the core's source for
+The table lists every node object once (shared subtrees are shared objects), children before parents (see `Thompson` in the core's source for
 the record layout); the core builds fresh states for every use of a node, as the construction requires.
 """
 
@@ -58,38 +58,45 @@ class ProductCache:
 
 
 class _Table:
-    """The node table under construction: records, byte masks and embedded product DFAs."""
+    """The node table under construction: records, byte masks and embedded product DFAs.
+
+    Nodes are told apart by identity (a C-level lookup; shared subtrees are shared objects), and a product by
+    its structure too, through the product cache."""
 
     def __init__(self, products: ProductCache | None) -> None:
         self.products = products
         self.code: list[int] = []
         self.ptr: list[int] = [0]
-        self.ids: dict[Node, int] = {}
+        self.ids: dict[int, int] = {}
         self.masks: dict[int, int] = {}
         self.dfas: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
 
     def add(self, node: Node) -> int:
         """The id of `node`, adding it (and its children first) if it is new."""
-        got = self.ids.get(node)
+        got = self.ids.get(id(node))
         if got is not None:
             return got
         add = self.add
-        if isinstance(node, Bytes):
-            record = [_BYTES, self.masks.setdefault(node.mask, len(self.masks)) if node.mask else -1]
-        elif isinstance(node, Seq):
-            record = [_SEQ, len(node.items), *[add(item) for item in node.items]]
-        elif isinstance(node, Alt):
-            record = [_ALT, len(node.items), *[add(item) for item in node.items]]
-        elif isinstance(node, Repeat):
+        kind = type(node)
+        if kind is Bytes:
+            mask = node.mask  # type: ignore[union-attr]
+            record = [_BYTES, self.masks.setdefault(mask, len(self.masks)) if mask else -1]
+        elif kind is Seq or kind is Alt:
+            items = node.items  # type: ignore[union-attr]
+            record = [_SEQ if kind is Seq else _ALT, len(items), *[add(item) for item in items]]
+        elif kind is Repeat:
+            assert isinstance(node, Repeat)
             if node.max is not None and node.max < node.min:
                 raise ValueError(f"repeat bounds {node.min}..{node.max}")
             record = [_REPEAT, add(node.item), node.min, -1 if node.max is None else node.max,
                       -1 if node.sep is None else add(node.sep)]
-        elif isinstance(node, Fields):
+        elif kind is Fields:
+            assert isinstance(node, Fields)
             record = [_FIELDS, add(node.sep), len(node.items)]
             for item, required in node.items:
                 record += (add(item), int(required))
-        elif isinstance(node, (Intersect, Difference)):
+        elif kind is Intersect or kind is Difference:
+            assert isinstance(node, (Intersect, Difference))
             dfa = self.products.get(node) if self.products is not None else _product(node, None)
             self.dfas.append((np.ascontiguousarray(dfa.trans, dtype=np.int32), dfa.classes, dfa.accepting, dfa.start))
             record = [_EMBED, len(self.dfas) - 1]
@@ -97,8 +104,8 @@ class _Table:
             raise TypeError(f"not a grammar node: {node!r}")
         self.code += record
         self.ptr.append(len(self.code))
-        self.ids[node] = len(self.ptr) - 2
-        return self.ids[node]
+        self.ids[id(node)] = n = len(self.ptr) - 2
+        return n
 
     def mask_rows(self) -> np.ndarray:
         """The byte masks as `uint8[n, 32]`, row i = mask id i (little-endian bits)."""
