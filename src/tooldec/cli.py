@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -20,7 +21,7 @@ err = Console(stderr=True)
 
 
 def _fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}")
+    err.print(f"[red]error:[/red] {escape(message)}")  # messages hold brackets: pip install 'tooldec[serve]'
     raise typer.Exit(2)
 
 
@@ -195,7 +196,7 @@ def answer(agent: Any, render: Any, question: str, *, prefix_cache: bool = True)
     """`agent`'s answer to `question`, starting from the stored KV cache of its prompt's fixed start where it
     can (computed and stored on first use); also {"prefix_tokens", "stored"}: what the warm start reused."""
     warm: dict[str, Any] = {"prefix_tokens": 0, "stored": False}
-    if render is None or not prefix_cache:
+    if render is None or not prefix_cache or agent.lm.backend != "transformers":
         return agent.run(question), warm
     from tooldec.backends.prefix_store import warm_prefix
 
@@ -228,21 +229,31 @@ def run(
     prefix_cache: bool = typer.Option(
         True, "--prefix-cache/--no-prefix-cache", help="Keep the prompt's fixed start's KV cache on disk (warm start)."
     ),
-    threads: int | None = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: idle cores)."),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads (default: idle cores)."),
+    backend: str = typer.Option(
+        "transformers", "--backend", help="transformers | llamacpp (a GGUF file or embedded model; tooldec[llamacpp])."
+    ),
     explain: bool = typer.Option(
         False, "--explain", help="Show where guidance overrode the model (probability mass removed per step)."
     ),
 ) -> None:
     """Answer a question with tools: the model reasons, calls tools (guided), reads results, answers."""
     from tooldec.agents.executor import load_executor
-    from tooldec.backends import load_model
+    from tooldec.backends import DEFAULT_MODEL, load_model
     from tooldec.backends.loader import idle_cores
     from tooldec.backends.progress import Stages, quiet_libraries
     from tooldec.decoding import SamplingParams
 
     try:
         executor = load_executor(tools)
-        lm = load_model(model, threads=threads or idle_cores(), progress=True)
+        if backend == "llamacpp":
+            from tooldec.backends.llamacpp import load_llamacpp
+
+            lm = load_llamacpp(model or DEFAULT_MODEL, threads=threads, progress=True)
+        elif backend == "transformers":
+            lm = load_model(model, threads=threads or idle_cores(), progress=True)
+        else:
+            raise ValueError(f"unknown backend {backend!r}; use transformers or llamacpp")
         params = SamplingParams(temperature=temperature, top_p=top_p or 1.0, seed=seed)
     except (ToolDecError, OSError, ImportError, ValueError) as exc:
         _fail(str(exc))

@@ -32,7 +32,8 @@ class ModelLoadError(ToolDecError):
 
 @dataclass
 class LoadedModel:
-    """A causal LM ready to decode: the model, its HF tokenizer, tooldec's vocabulary and where it came from."""
+    """A causal LM ready to decode: the model, its HF tokenizer, tooldec's vocabulary, where it came from and
+    what runs it (`transformers`, or `llamacpp`: tooldec.backends.llamacpp)."""
 
     model: Any
     tokenizer: Any
@@ -40,6 +41,7 @@ class LoadedModel:
     name: str
     source: str
     load_seconds: float
+    backend: str = "transformers"
 
     @cached_property
     def compiler(self) -> Compiler:
