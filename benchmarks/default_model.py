@@ -1,6 +1,6 @@
 """What the default model of `tooldec run` answers, and in how many seconds: the table of docs/models.md.
 
-Three parts, each through the code path of `tooldec run` (cli.make_agent and cli.answer: the same agents,
+Four parts, the first three through the code path of `tooldec run` (cli.make_agent and cli.answer: the same agents,
 prompts and stored prompt prefix):
 
 1. cold/warm: the README command `tooldec run "What is 3.14 times 123?"` as its own process, first with this
@@ -10,13 +10,15 @@ prompts and stored prompt prefix):
    without `--tools`); right when within 0.1% of the gold answer (ToolkenGPT's tolerance).
 3. everyday: 10 questions on weather, currency and units with `--tools examples/everyday_tools.py` (ReAct, as
    `tooldec run --tools FILE`); right when the answer holds the gold call's result (numbers within 1%).
+4. `--speed`: prompt and decoding tokens/s of the model under llama.cpp (where installed) and transformers,
+   back to back: one forward over the README command's prompt, then 20 single-token forwards.
 
 Seconds per question are the agent's whole answer (prefill of the question, decoding, tool calls) with the model
 loaded once. The machine's 1-minute load average is recorded beside each part: on a shared machine every
 figure is inflated by the other work.
 
     nice python benchmarks/default_model.py [--model NAME] [--funcqa 30] [--pairs 2] [--everyday 10] [--formats react,chat]
-        [--shared ../shared] [--out benchmarks/results]
+        [--speed] [--shared ../shared] [--out benchmarks/results] [--stem NAME] [--keep]
 """
 
 from __future__ import annotations
@@ -137,6 +139,53 @@ def cold_warm(model: str, store: PrefixStore, lm: Any, pairs: int) -> list[dict[
     return rows
 
 
+def backend_speed(model: str, threads: int, steps: int = 20) -> list[dict[str, Any]]:
+    """Prompt and decoding tokens/s of `model` under each installed backend, back to back: one forward over the
+    README command's prompt, then `steps` single-token greedy forwards (the Decoder's own calls, no guidance)."""
+    import torch
+
+    from tooldec.agents.toolken import toolken_prompt
+    from tooldec.backends.llamacpp import load_llamacpp
+    from tooldec.toolsets import FUNCQA_FUNCTIONS
+
+    rows = []
+    for backend in ("llamacpp", "transformers"):
+        try:
+            lm = (
+                load_llamacpp(model, threads=threads)
+                if backend == "llamacpp"
+                else load_model(model, threads=threads)
+            )
+        except Exception as exc:  # noqa: BLE001 - a backend that is not installed is reported, not fatal
+            rows.append({"backend": backend, "error": str(exc)[:200]})
+            continue
+        ids = lm.tokenizer.encode(toolken_prompt(README_QUESTION, list(FUNCQA_FUNCTIONS)))
+        load = load_average()
+        with torch.inference_mode(), quiet_libraries():
+            start = time.perf_counter()
+            out = lm.model(input_ids=torch.tensor([ids]), use_cache=True)
+            prompt_s = time.perf_counter() - start
+            start = time.perf_counter()
+            for _ in range(steps):
+                token = int(out.logits[0, -1].argmax())
+                out = lm.model(
+                    input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True
+                )
+            decode_s = time.perf_counter() - start
+        rows.append(
+            {
+                "backend": backend,
+                "prompt_tokens": len(ids),
+                "prompt_tps": round(len(ids) / prompt_s, 1),
+                "decode_tps": round(steps / decode_s, 2),
+                "load": load,
+            }
+        )
+        print(rows[-1], flush=True)
+        del lm, out
+    return rows
+
+
 def run_questions(agent: Any, render: Any, items: list[tuple[str, Any]], right: Any) -> list[dict[str, Any]]:
     """Answer each (question, gold) with the warm start; seconds, answer, calls and whether it is right."""
     rows = []
@@ -204,6 +253,19 @@ def markdown(doc: dict[str, Any]) -> str:
                 f"| run pair {i} | {cold['seconds']} | {warm['seconds']} | "
                 f"{warm['seconds'] / cold['seconds']:.2f} | {cold['load']}, {warm['load']} |"
             )
+    if doc.get("speed"):
+        lines += [
+            "",
+            "| backend (one model, back to back) | prompt tokens | prompt tokens/s | decoding tokens/s | load |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for r in doc["speed"]:
+            if "error" in r:
+                lines.append(f"| {r['backend']} | not run: {r['error']} | | | |")
+            else:
+                lines.append(
+                    f"| {r['backend']} | {r['prompt_tokens']} | {r['prompt_tps']} | {r['decode_tps']} | {r['load']} |"
+                )
     for name, part in doc["parts"].items():
         lines += [
             "",
@@ -243,6 +305,7 @@ def main() -> None:
     parser.add_argument("--shared", default=os.environ.get("TOOLDEC_SHARED", str(ROOT.parent / "shared")))
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--stem", default="default_model")
+    parser.add_argument("--speed", action="store_true", help="tokens/s under llama.cpp and transformers")
     parser.add_argument(
         "--keep", action="store_true", help="keep the parts of out/stem.json that are not run again"
     )
@@ -262,6 +325,9 @@ def main() -> None:
     if args.keep and (args.out / f"{args.stem}.json").is_file():
         doc = json.loads((args.out / f"{args.stem}.json").read_text())
     doc["commands"].append(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {command}")
+    if args.speed:
+        doc["speed"] = backend_speed(args.model, threads)
+        save(doc, args.out, args.stem)
     if args.pairs:
         doc["cold_warm"] = cold_warm(args.model, PrefixStore(), lm, args.pairs)
         save(doc, args.out, args.stem)
