@@ -22,7 +22,6 @@ from tooldec.decoding.decoder import Decoder
 from tooldec.grammar.calls import CallParseError, ParsedCall, get_format, with_aliases
 from tooldec.specs import ToolSet
 
-
 FENCE_OPEN = "```json"
 """Qwen2.5-Coder writes its calls as a Markdown JSON block as often as between `<tool_call>` tags."""
 _BLOCKS = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>|```json\n)|$)|```json\n(.*?)(?:\n```|$)", re.DOTALL)

@@ -56,8 +56,8 @@ def summarize(steps: Sequence[GuidedStep], vocab: Vocabulary) -> dict[str, Any]:
 def describe(summary: dict[str, Any]) -> list[str]:
     """Lines for `tooldec run --explain`: each place guidance overrode the model, most mass removed first."""
     lines = [
-        f"guidance: {summary['guided_steps']} guided steps, probability mass removed {summary['removed_sum']:.3f} "
-        f"in all (at most {summary['removed_max']:.3f} at one step), {summary['overrides']} overrides"
+        (f"guidance: {summary['guided_steps']} guided steps, probability mass removed {summary['removed_sum']:.3f} "
+         f"in all (at most {summary['removed_max']:.3f} at one step), {summary['overrides']} overrides")
     ]
     for w in summary["where"]:
         lines.append(f"  token {w['at']}: the model preferred {w['preferred']!r}, guidance took {w['chosen']!r} "
