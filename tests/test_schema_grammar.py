@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import keyword
 import random
+import re
 from typing import Any
 
 import jsonschema
@@ -18,6 +20,7 @@ from tooldec.conformance import feed
 from tooldec.errors import TokenRejectedError, ToolSpecError, UnsupportedSchemaError
 from tooldec.grammar.calls import get_format
 from tooldec.grammar.canonical import CanonicalWriter
+from tooldec.grammar.numbers import DEFAULT_DIGITS, DigitLimits
 from tooldec.guide import Guide
 from tooldec.sample import UNREACHABLE, WalkTooLong, distances_to_accept, random_walk
 from tooldec.specs import ToolSet, ToolSpec
@@ -224,14 +227,40 @@ def test_tool_call_walks_are_valid_calls(vocab: Vocabulary) -> None:
 @SETTINGS
 @given(tools=tool_sets(), fmt=st.sampled_from(["json", "python", "hermes"]), data=st.data())
 def test_every_valid_call_is_accepted(vocab: Vocabulary, tools: list[ToolSpec], fmt: str, data: st.DataObject) -> None:
-    compiled = Compiler(vocab).compile(tools, fmt)
+    """Completeness: every valid call is accepted without a digit bound, and with the default bound whenever its
+    numbers fit it (a number of 16 integer digits is refused on purpose: guided numbers must end)."""
+    bounded = Compiler(vocab).compile(tools, fmt)
+    unbounded = Compiler(vocab).compile(tools, _without_digit_bound(get_format(fmt)))
     tool = data.draw(st.sampled_from(tools))
     args = data.draw(from_schema(tool.parameters))
     text = get_format(fmt).render(tool, args)
     assume(not any(0xD800 <= ord(c) <= 0xDFFF for c in text))
-    assert feed(compiled.guide(), vocab.encode(text)), text
+    assert feed(unbounded.guide(), vocab.encode(text)), text
+    if _fits_digits(args):
+        assert feed(bounded.guide(), vocab.encode(text)), text
     parsed = get_format(fmt).parse(text)
     assert parsed.name == tool.name and parsed.arguments == args
+
+
+def _without_digit_bound(fmt: Any) -> Any:
+    """The same call format with unbounded numbers (`digits=None`), through a wrapper if there is one."""
+    if hasattr(fmt, "inner"):
+        return dataclasses.replace(fmt, inner=_without_digit_bound(fmt.inner))
+    return dataclasses.replace(fmt, digits=None)
+
+
+def _fits_digits(value: Any, limits: DigitLimits = DEFAULT_DIGITS) -> bool:
+    """Whether every number in `value`, spelt as JSON and Python write it, fits `limits`."""
+    if isinstance(value, dict):
+        return all(_fits_digits(v, limits) for v in value.values())
+    if isinstance(value, list):
+        return all(_fits_digits(v, limits) for v in value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    parts = re.fullmatch(r"-?(\d+)(?:\.(\d+))?(?:[eE][+-]?(\d+))?", json.dumps(value))
+    assert parts is not None, value
+    integer, fraction, exponent = (len(p or "") for p in parts.groups())
+    return integer <= limits.integer and fraction <= limits.fraction and exponent <= limits.exponent
 
 
 def test_unknown_tool_name_is_rejected(bytelevel_vocab: Vocabulary) -> None:
