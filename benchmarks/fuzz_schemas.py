@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -115,12 +116,23 @@ def minimise(d: Disagreement, compiler: Compiler) -> Disagreement:
     while improved and budget[0] > 0:
         improved = False
         for cand in sorted(_smaller(best.schema), key=_size):
-            if isinstance(cand, dict) and (found := still(cand, [best.instance])):
+            if _valid_schema(cand) and (found := still(cand, [best.instance])):
                 best, improved = found, True
                 break
         if not improved and (found := still(best.schema, _smaller(best.instance))):
             best, improved = found, True
     return best
+
+
+def _valid_schema(schema: Any) -> bool:
+    """Whether a candidate is a schema its metaschema accepts (shrinking must not reach `{"type": {}}`)."""
+    if not isinstance(schema, dict):
+        return False
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.exceptions.SchemaError:
+        return False
+    return True
 
 
 def _keywords(schema: Any) -> set[str]:

@@ -427,10 +427,10 @@ class SchemaCompiler:
                 raise self._bad("enum must be a list", _ptr(path, "enum"))
         for v in values:
             self._reached(_json_depth(v))
+        keep = [v for v in values if self._is_valid(v, schema)]  # the instances, exactly (siblings checked too)
         if self._negative:
             # every spelling a value may take in the grammar it is subtracted from (numbers nearby, any key order)
-            return alt(*(self._spellings(v, _ptr(path, "enum")) for v in values))
-        keep = [v for v in values if self._is_valid(v, schema)]
+            return alt(*(self._spellings(v, _ptr(path, "enum")) for v in keep))
         spelled = []
         for v in keep:
             try:
