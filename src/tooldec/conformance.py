@@ -42,7 +42,9 @@ def time_limit(seconds: float) -> Iterator[None]:
         raise _Timeout()
 
     old = signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    # repeating every 50 ms: an exception raised where Python swallows it (a gc callback, seen in CI under
+    # hypothesis) would otherwise lose the limit for the rest of the file
+    signal.setitimer(signal.ITIMER_REAL, seconds, 0.05)
     try:
         yield
     finally:
