@@ -19,12 +19,8 @@ assert _spec is not None and _spec.loader is not None
 ratchet = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ratchet)
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not (ratchet.SHARED / "data" / "maskbench").exists(), reason="../shared is not present"),
-]
-
-
+@pytest.mark.slow
+@pytest.mark.skipif(not (ratchet.SHARED / "data" / "maskbench").exists(), reason="../shared is not present")
 def test_no_maskbench_file_regresses_from_the_baseline() -> None:
     """Every sampled file does at least as well as in the baseline, and no invalid instance is accepted."""
     files = ratchet.maskbench_files(sample=True)
