@@ -192,3 +192,55 @@ def result_line(r: FileResult) -> dict[str, Any]:
     d = asdict(r)
     d["failures"] = d["failures"][:5]
     return d
+
+
+def baseline_entry(r: FileResult) -> dict[str, Any]:
+    """A file's line in a conformance baseline: status, reason (its first line, or a traceback's last, shortened),
+    valid accepted of valid, invalid accepted."""
+    lines = r.reason.strip().splitlines() or [""]
+    return {
+        "status": r.status,
+        "reason": (lines[-1] if lines[0].startswith("Traceback") else lines[0])[:160],
+        "valid_accepted": r.valid_accepted,
+        "valid_total": r.valid_total,
+        "invalid_accepted": r.invalid_total - r.invalid_rejected,
+    }
+
+
+def regressions(results: list[FileResult], baseline: dict[str, dict[str, Any]]) -> list[str]:
+    """How `results` fall short of `baseline` (file name -> baseline_entry), one line per file.
+
+    A regression is a crash, a file that compiled and now does not, fewer valid instances accepted, or any
+    invalid instance accepted (zero is the floor, whatever the baseline says). Files the baseline lacks are
+    held to the floor only.
+    """
+    out = []
+    for r in results:
+        now = baseline_entry(r)
+        was = baseline.get(r.file, {})
+        why = []
+        if r.status == "crashed":
+            why.append(f"crashed: {now['reason']}")
+        elif was.get("status") == "compiled" and r.status != "compiled":
+            why.append(f"compiled before, now {r.status}: {now['reason']}")
+        if r.status == "compiled" and now["valid_accepted"] < was.get("valid_accepted", 0):
+            why.append(f"valid accepted {was['valid_accepted']} -> {now['valid_accepted']} of {now['valid_total']}")
+        if now["invalid_accepted"]:
+            why.append(f"{now['invalid_accepted']} invalid instance(s) accepted")
+        if why:
+            out.append(f"{r.file}: " + "; ".join(why) + (f" ({r.failures[:3]})" if r.failures else ""))
+    return out
+
+
+def improvements(results: list[FileResult], baseline: dict[str, dict[str, Any]]) -> list[str]:
+    """Where `results` do better than `baseline`: newly compiled files, more valid instances accepted."""
+    out = []
+    for r in results:
+        was = baseline.get(r.file)
+        if was is None:
+            continue
+        if r.status == "compiled" and was["status"] != "compiled":
+            out.append(f"{r.file}: now compiles (was {was['status']}: {was['reason']})")
+        elif r.status == "compiled" and r.valid_accepted > was["valid_accepted"]:
+            out.append(f"{r.file}: valid accepted {was['valid_accepted']} -> {r.valid_accepted} of {r.valid_total}")
+    return out
