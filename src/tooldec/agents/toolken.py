@@ -24,24 +24,50 @@ from tooldec.grammar.calls import ToolkenCall
 CALL_END = re.compile(r"<([A-Za-z_][\w.\-]*)>\(([^()]*)\)=$")
 STOPS = ("\n",)  # every few-shot answer is one line
 
+# One example per tool, written for tooldec (none is a FuncQA question). Each answer names the operation in
+# words before the call ("Add 1245 and 2380:"): that is where the model picks the tool. Numbers written with
+# thousands separators in a question are written without them (the call separates its arguments with commas).
+# No answer writes the arithmetic itself before the call: after `3.14*123=` the model kept writing digits past
+# the tool's result (386.228).
 EXAMPLES = """\
-Q: A shop sold 215 apples in the morning and 378 in the afternoon. How many apples did it sell in total?
-A: <add>(215,378)=593. So, the answer is 593.
+Q: A farm picked 1,245 apples on Monday and 2,380 apples on Tuesday. How many apples did it pick in total?
+A: Add 1245 and 2380: <add>(1245,2380)=3625 apples. So, the answer is 3625.
 
-Q: A man had 789.4 dollars and spent 11.99 dollars. How much money does he have left?
-A: <subtract>(789.4,11.99)=777.41. So, the answer is 777.41.
+Q: A shop had 12,450.5 dollars and paid a bill of 3,875.25 dollars. How much money does it have left?
+A: Subtract 3875.25 from 12450.5: <subtract>(12450.5,3875.25)=8575.25 dollars. So, the answer is 8575.25.
 
-Q: A box holds 24 bottles. How many bottles are in 17 boxes?
-A: <multiply>(24,17)=408. So, the answer is 408.
+Q: A concert ticket costs 2.35 dollars. How much do 17 tickets cost?
+A: Multiply the price by the number of tickets: <multiply>(2.35,17)=39.95 dollars. So, the answer is 39.95.
 
-Q: A rope of 12.6 meters is cut into 4 equal pieces. How long is each piece?
-A: <divide>(12.6,4)=3.15. So, the answer is 3.15.
+Q: A ribbon 45.6 meters long is cut into 8 equal pieces. How long is each piece?
+A: Divide the length by the number of pieces: <divide>(45.6,8)=5.7 meters. So, the answer is 5.7.
 
-Q: If an investment grows by 5% a year, how many times larger is it after 7 years?
-A: <power>(1.05,7)=1.4071. So, the answer is 1.4071.
+Q: A savings account grows by 3% every year. How many times larger is it after 9 years?
+A: Raise 1.03 to the power of 9: <power>(1.03,9)=1.304773 times. So, the answer is 1.304773.
 
-Q: A square garden has an area of 50 square meters. How long is one side?
-A: <sqrt>(50)=7.0711. So, the answer is 7.0711.
+Q: A square field has an area of 2,704 square meters. How long is each side?
+A: Take the square root of 2704: <sqrt>(2704)=52 meters. So, the answer is 52.
+
+Q: What is the base-10 logarithm of 5,000?
+A: Take the base-10 logarithm of 5000: <log>(5000)=3.69897. So, the answer is 3.69897.
+
+Q: What is the natural logarithm of 20?
+A: Take the natural logarithm: <ln>(20)=2.995732. So, the answer is 2.995732.
+
+Q: Three lights blink every 4, 6 and 10 seconds. They blink together now. After how many seconds do they next blink together?
+A: Take the least common multiple of the periods: <lcm>(4,6,10)=60 seconds. So, the answer is 60.
+
+Q: A teacher splits 48 pencils and 36 erasers into identical kits with nothing left over. At most how many kits can she make?
+A: Take the greatest common divisor of the counts: <gcd>(48,36)=12 kits. So, the answer is 12.
+
+Q: 100 candies are shared equally among 7 children. How many candies are left over?
+A: Take the remainder of 100 divided by 7: <remainder>(100,7)=2 candies. So, the answer is 2.
+
+Q: A club picks 3 of its 10 members for a committee. How many different committees are possible?
+A: Choose 3 of 10 people, order does not matter: <choose>(10,3)=120 committees. So, the answer is 120.
+
+Q: In how many ways can 9 runners take the first, second, third and fourth places?
+A: Arrange 4 of 9 runners, order matters: <permutate>(9,4)=3024 ways. So, the answer is 3024.
 """
 
 
