@@ -545,3 +545,16 @@ def test_any_value_nests_deep_within_a_state_budget(bytelevel_vocab: Vocabulary)
     fixed = compile_dfa(SchemaCompiler(schema, any_depth=2).value())
     assert fixed.accepts(json.dumps({"extra": nest(2)}).encode()) and not fixed.accepts(json.dumps({"extra": nest(3)}).encode())
     assert feed(Compiler(bytelevel_vocab).compile_schema(schema).guide(), bytelevel_vocab.encode(json.dumps({"extra": nest(7)})))
+
+
+def test_strict_objects_are_not_closed_on_the_subtracted_side() -> None:
+    """In the strict reading (tool calls: an object without additionalProperties takes its declared keys only),
+    `not: {required: [b]}` still removes every object holding b: closing the subtracted object would have removed
+    nothing and admitted {"a": 1, "b": 2} (found by a walk in CI, through dependencies)."""
+    props = {"a": {"type": "integer"}, "b": {"type": "integer"}}
+    objects = [{"a": 1}, {"a": 1, "b": 2}, {"b": 2}, {}]
+    _agrees({"type": "object", "properties": props, "not": {"required": ["b"]}, "additionalProperties": False}, objects)
+    _agrees({"type": "object", "properties": props, "dependentSchemas": {"a": {"not": {"required": ["b"]}}},
+             "additionalProperties": False}, objects)
+    _agrees({"$schema": DRAFT7, "type": "object", "properties": props, "required": ["a"],
+             "dependencies": {"a": {"not": {"required": ["b"]}}}, "additionalProperties": False}, objects)

@@ -708,7 +708,9 @@ class SchemaCompiler:
         req = set(required)
         extra = schema.get("additionalProperties")
         if extra is None:
-            extra = bool(self.additional_properties)
+            # the strict reading (tool calls: undeclared keys refused) narrows what is admitted; on the subtracted
+            # side of a `not` it would narrow what is removed, and admit objects the schema forbids
+            extra = True if self._negative else bool(self.additional_properties)
         syn = self.syntax
         neg = self._negative
         names = self._property_names(schema, path)
