@@ -318,8 +318,11 @@ def test_the_event_loop_serves_while_a_long_answer_is_generated(server: Server) 
 
 
 def test_a_client_that_leaves_a_whole_answer_frees_its_row(server: Server) -> None:
+    # a string of at least 1,000 characters: the answer cannot end before the test sees it running (the tiny
+    # model, free, often wrote <|im_end|> within one poll on an idle machine)
+    long_text = {"type": "json_schema", "json_schema": {"name": "long", "schema": {"type": "string", "minLength": 1000}}}
     body = json.dumps({"model": MODEL, "messages": USER, "max_tokens": 1500, "temperature": 1.0,
-                       "stop": ["\x00\x01never"]}).encode()
+                       "stop": ["\x00\x01never"], "response_format": long_text}).encode()
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as raw:
         raw.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
