@@ -1,24 +1,47 @@
 #!/bin/bash
-# The exact commands behind docs/results.md. Usage: docs/results/commands.sh MODEL KAMEL_N BFCL_N FUNCQA_N REST_N
-# (N = the first N items of the benchmark, or "all"). Every run resumes where an earlier one stopped, so running
-# this again with larger N extends the results instead of starting over. Needs $TOOLDEC_SHARED (or ../shared).
+# The exact commands behind docs/results.md: every benchmark cell in three modes (tooldec, free, fuzzy) for one
+# model, written straight into docs/results/runs/<cell>-<model>-<mode>[-compressed][-required] (tracked, so a
+# partial pass is committed and the next session resumes it). Usage: docs/results/commands.sh MODEL [N]
+# (N = only the first N items of each benchmark; default all). Cells run in the order below, the issue's
+# "done when" cells first. Every run resumes where an earlier one stopped. Needs $TOOLDEC_SHARED (or ../shared).
 set -u
-m=$1; lk=$2; lb=$3; lf=$4; lr=$5
-ev() {  # ev BENCHMARK DECODING N [options...]: one run into runs/full/<benchmark>[-K]-<model>-<decoding>[-required]
-  local b=$1 d=$2 n=$3; shift 3
+cd "$(dirname "$0")/../.."
+m=$1; n=${2:-all}
+runs=docs/results/runs
+shared=${TOOLDEC_SHARED:-../shared}
+ev() {  # ev BENCHMARK DECODING BATCH [options...]: one run into $runs/<name>
+  local b=$1 d=$2 bs=$3; shift 3
   local name=$b
   [[ " $* " == *" --tools "* ]] && name=$b-$(sed 's/.*--tools \([0-9]*\).*/\1/' <<< "$*")
-  local suffix=""; [[ " $* " == *" --tool-choice required"* ]] && suffix=-required
+  local suffix=""
+  [[ " $* " == *" --compressed "* ]] && suffix=-compressed
+  [[ " $* " == *" --tool-choice required"* ]] && suffix=$suffix-required
   local limit=(); [ "$n" != all ] && limit=(--limit "$n")
   local replay=()  # one-shot benchmarks: fuzzy scores the free run's generations instead of decoding them again
-  [ "$d" = fuzzy ] && [[ $b == kamel || $b == bfcl-* ]] && replay=(--replay "runs/full/$name-$m-free$suffix")
-  tooldec eval "$b" --model "$m" --decoding "$d" "${limit[@]}" --threads 1 --resume \
-    --out "runs/full/$name-$m-$d$suffix" "${replay[@]}" "$@"
+  [ "$d" = fuzzy ] && [[ $b == kamel || $b == bfcl-* ]] && replay=(--replay "$runs/$name-$m-free$suffix")
+  tooldec eval "$b" --model "$m" --decoding "$d" "${limit[@]}" --threads 1 --batch-size "$bs" --resume \
+    --out "$runs/$name-$m-$d$suffix" "${replay[@]}" "$@"
 }
-for b in funcqa-oh funcqa-mh; do for d in tooldec free fuzzy; do ev $b $d "$lf" --batch-size 8; done; done
-for k in 30 234; do for d in tooldec free fuzzy; do ev kamel $d "$lk" --tools $k --batch-size 1; done; done
-for b in bfcl-simple bfcl-multiple; do
-  for d in tooldec free fuzzy; do ev $b $d "$lb" --batch-size 8; done
-  for d in tooldec free fuzzy; do ev $b $d "$lb" --batch-size 8 --tool-choice required; done
+modes() { for d in tooldec free fuzzy; do ev "$1" $d "${@:2}"; done; }  # modes BENCHMARK BATCH [options...]
+modes kamel 1 --tools 30
+modes kamel 1 --tools 234
+modes funcqa-oh 8
+modes bfcl-simple 8
+modes bfcl-simple 8 --tool-choice required
+modes funcqa-mh 8
+modes bfcl-multiple 8
+modes bfcl-multiple 8 --tool-choice required
+modes kamel 1 --tools 60
+modes kamel 1 --tools 100
+for c in parallel parallel-multiple; do
+  modes bfcl-$c 8
+  modes bfcl-$c 8 --tool-choice required
 done
-for d in tooldec free fuzzy; do ev restbench-tmdb $d "$lr" --batch-size 8; done
+modes bfcl-irrelevance 8
+modes restbench-tmdb 8
+modes restbench-spotify 8
+for s in tmdb spotify; do  # the compressed-prompt runs (ToolDec §3.2): descriptions rewritten by the same model
+  short=$runs/compressed-$s-$m.json
+  tooldec compress-tools "$shared/data/restbench/${s}_oas.json" --model "$m" --out "$short"
+  modes restbench-$s 8 --compressed "$short"
+done
