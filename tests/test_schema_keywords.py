@@ -558,3 +558,43 @@ def test_strict_objects_are_not_closed_on_the_subtracted_side() -> None:
              "additionalProperties": False}, objects)
     _agrees({"$schema": DRAFT7, "type": "object", "properties": props, "required": ["a"],
              "dependencies": {"a": {"not": {"required": ["b"]}}}, "additionalProperties": False}, objects)
+
+
+# -- const / enum with other keywords ------------------------------------------------------------------------
+
+LISTED = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 3) | st.sampled_from([0.5, 2.0, "", "a", "ab"]),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.sampled_from(["foo", "bar", "baz"]), kids, max_size=3),
+    max_leaves=5,
+)
+# keywords whose subtracted side (under `not`, the other `oneOf` branches) is only a superset, and one refused
+SIDES = st.sampled_from(
+    [
+        {"maxProperties": 1}, {"maxProperties": 0}, {"minProperties": 2}, {"required": ["foo", "bar"]},
+        {"oneOf": [{"required": ["foo"]}, {"required": ["bar"]}]},
+        {"oneOf": [{"properties": {"bar": {"type": "integer"}}, "required": ["bar"]}, {"required": ["foo"]}]},
+        {"not": {"oneOf": [{"required": ["foo", "bar"]}, {"required": ["foo", "baz"]}], "type": "object"}},
+        {"multipleOf": 2}, {"type": "string", "pattern": "^a"}, {"maxItems": 1}, {"uniqueItems": True},
+        {"if": {"type": "integer"}, "then": {"minimum": 1}},
+    ]
+)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(values=st.lists(LISTED, min_size=1, max_size=4), side=SIDES, shape=st.integers(0, 3), strict=st.booleans())
+def test_listed_values_are_checked_against_the_whole_schema(values: list[Any], side: dict[str, Any], shape: int, strict: bool) -> None:
+    """A schema that lists its values (`enum` / `const`, its own or an `allOf` part's) admits exactly those the
+    whole schema admits, whatever approximation its other keywords would need (MaskBench's `allOf: [{enum},
+    {not: {maxProperties: 2}}]` once admitted nothing)."""
+    listed: dict[str, Any] = {"enum": values} if len(values) > 1 else {"const": values[0]}
+    schema = [
+        {"allOf": [listed, {"not": side}]},
+        {**listed, "not": side},
+        {"allOf": [listed, side]},
+        {"$defs": {"e": listed}, "allOf": [{"$ref": "#/$defs/e"}, {"not": side}]},
+    ][shape]
+    dfa = _dfa(schema, additional_properties=not strict)
+    writer = CanonicalWriter(schema)
+    check = _validator(schema)
+    for v in values:
+        assert bool(dfa.accepts(writer.dumps(v).encode())) == check.is_valid(v), (schema, v)

@@ -237,6 +237,9 @@ class SchemaCompiler:
             return NOTHING
         if not isinstance(schema, dict):
             raise self._bad(f"a schema must be an object or a boolean, not {type(schema).__name__}", path)
+        listed = self._listed(schema, path)
+        if listed is not None:
+            return self._enum(schema, listed, path)
         for key in schema:
             if key in UNSUPPORTED:
                 raise self._unsupported(key, _ptr(path, key))
@@ -249,8 +252,6 @@ class SchemaCompiler:
         if "not" in schema:
             rest = {k: v for k, v in schema.items() if k != "not"}
             return self._difference(self._compile(rest, path), schema["not"], _ptr(path, "not"))
-        if "const" in schema or "enum" in schema:
-            return self._enum(schema, path)
         return self._typed(schema, path)
 
     # -- references and combinators ---------------------------------------------------------------------
@@ -418,13 +419,30 @@ class SchemaCompiler:
         except jsonschema.exceptions.SchemaError as exc:
             raise self._bad(str(exc.message), "#") from exc
 
-    def _enum(self, schema: dict, path: str) -> Node:
+    def _listed(self, schema: dict, path: str, depth: int = 0) -> list[Any] | None:
+        """The values a schema's own `const` / `enum`, or that of an `allOf` part (through bare `$ref`s), lists.
+
+        None when neither lists any. Such a schema admits at most those values, so each can be checked against
+        the whole schema by `jsonschema` itself, whatever other keywords (`not`, `oneOf`, ...) it holds.
+        """
         if "const" in schema:
-            values = [schema["const"]]
-        else:
-            values = schema["enum"]
-            if not isinstance(values, list):
+            return [schema["const"]]
+        if "enum" in schema:
+            if not isinstance(schema["enum"], list):
                 raise self._bad("enum must be a list", _ptr(path, "enum"))
+            return schema["enum"]
+        parts = schema.get("allOf")
+        for i, part in enumerate(parts if isinstance(parts, list) and depth < 8 else []):
+            part = self._plain(part)
+            if isinstance(part, dict) and "$ref" not in part:
+                values = self._listed(part, _ptr(path, "allOf", i), depth + 1)
+                if values is not None:
+                    return values
+        return None
+
+    def _enum(self, schema: dict, values: list[Any], path: str) -> Node:
+        """The listed `values` that the whole `schema` admits, each spelled as listed (every spelling when
+        negative)."""
         for v in values:
             self._reached(_json_depth(v))
         keep = [v for v in values if self._is_valid(v, schema)]  # the instances, exactly (siblings checked too)
