@@ -6,8 +6,10 @@ compares the guide with `jsonschema` on every instance. Each disagreement is shr
 and members removed while it persists) and counted by category: its direction (accepted-invalid is a soundness
 bug, rejected-valid a value the grammar leaves out) and, for accepted-invalid, the keyword `jsonschema` names, for
 rejected-valid the keywords of the minimal schema. Writes results/fuzz_schemas.json and results/fuzz_schemas.md.
+`--strict` checks the strict reading of tool calls instead (`compile_schema(..., additional_properties=False)`
+against `jsonschema` on the test's `strict_reference(schema)`) and writes results/fuzz_schemas_strict.*.
 
-    python benchmarks/fuzz_schemas.py [--schemas 2000] [--seed 0] [--tokenizer ../shared/tokenizers/llama3]
+    python benchmarks/fuzz_schemas.py [--schemas 2000] [--seed 0] [--strict] [--tokenizer ../shared/tokenizers/llama3]
 """
 
 from __future__ import annotations
@@ -43,9 +45,11 @@ MAX_SHRINK_CHECKS = 60  # schema checks one minimisation may spend
 MAX_MINIMISED = 100  # disagreements minimised in one run (the first of each schema; the rest keep their raw form)
 
 
-def run(compiler: Compiler, n: int, seed_value: int, args_walks: int, bar: Progress) -> list[SchemaCheck]:
+def run(
+    compiler: Compiler, n: int, seed_value: int, args_walks: int, bar: Progress, *, strict: bool = False
+) -> list[SchemaCheck]:
     """Check `n` drawn schemas (hypothesis' generate phase only: no shrinking, no example database), each also
-    on `args_walks` random walks of its guide."""
+    on `args_walks` random walks of its guide, in the open or the `strict` reading."""
     out: list[SchemaCheck] = []
     task = bar.add_task("schemas", total=n)
 
@@ -56,7 +60,8 @@ def run(compiler: Compiler, n: int, seed_value: int, args_walks: int, bar: Progr
     @given(schema=SCHEMAS, data=st.data())
     def one(schema: Any, data: st.DataObject) -> None:
         walk_seed = data.draw(st.integers(0, 2**16))
-        out.append(check_schema(schema, draw_instances(data, schema), compiler, walks=args_walks, seed=walk_seed))
+        instances = draw_instances(data, schema)
+        out.append(check_schema(schema, instances, compiler, walks=args_walks, seed=walk_seed, strict=strict))
         bar.update(task, advance=1, description=f"schemas ({sum(len(r.disagreements) for r in out)} disagreements)")
 
     one()
@@ -95,8 +100,8 @@ def byte_compiler() -> Compiler:
     return Compiler(Vocabulary.from_bytes([bytes([b]) for b in range(256)] + [None], eos_id=256))
 
 
-def minimise(d: Disagreement, compiler: Compiler) -> Disagreement:
-    """Shrink the schema, then the instance, greedily while the same disagreement persists."""
+def minimise(d: Disagreement, compiler: Compiler, *, strict: bool = False) -> Disagreement:
+    """Shrink the schema, then the instance, greedily while the same disagreement persists (in one reading)."""
     budget = [MAX_SHRINK_CHECKS]
 
     def still(schema: Any, instances: list[Any]) -> Disagreement | None:
@@ -105,7 +110,7 @@ def minimise(d: Disagreement, compiler: Compiler) -> Disagreement:
             return None
         budget[0] -= 1
         try:
-            res = check_schema(schema, instances, compiler)
+            res = check_schema(schema, instances, compiler, strict=strict)
         except Exception:  # noqa: BLE001 - a candidate jsonschema itself cannot read is just not smaller
             return None
         same = [x for x in res.disagreements if x.direction == d.direction]
@@ -177,7 +182,7 @@ def report(results: list[SchemaCheck], seconds: float, args: argparse.Namespace)
             continue
         first = r.disagreements[0]
         if minimised < MAX_MINIMISED:
-            first = minimise(first, shrinker)
+            first = minimise(first, shrinker, strict=args.strict)
             minimised += 1
         cat = category(first)
         by_cat[cat] += len(r.disagreements)
@@ -188,7 +193,8 @@ def report(results: list[SchemaCheck], seconds: float, args: argparse.Namespace)
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end",
-        "settings": {"schemas": args.schemas, "seed": args.seed, "walks": args.walks, "tokenizer": str(args.tokenizer)},
+        "settings": {"schemas": args.schemas, "seed": args.seed, "walks": args.walks, "tokenizer": str(args.tokenizer),
+                     "reading": "strict" if args.strict else "open"},
         "seconds": round(seconds, 1),
         "schemas": len(results),
         "compiled": status["compiled"],
@@ -214,7 +220,7 @@ def markdown(doc: dict[str, Any]) -> str:
         (
             f"{doc['date']}; {doc['machine']}; tokenizer `{doc['settings']['tokenizer']}`, "
             f"{doc['seconds']} s. `python benchmarks/fuzz_schemas.py --schemas {doc['settings']['schemas']} "
-            f"--seed {doc['settings']['seed']}`"
+            f"--seed {doc['settings']['seed']}{' --strict' if doc['settings']['reading'] == 'strict' else ''}`"
         ),
         "",
         "| figure | value |",
@@ -242,17 +248,19 @@ def main() -> None:
     parser.add_argument("--walks", type=int, default=3, help="Random walks of each guide, checked valid.")
     parser.add_argument("--tokenizer", type=Path, default=shared / "tokenizers" / "llama3")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--strict", action="store_true", help="The strict reading of tool calls (undeclared keys refused).")
     args = parser.parse_args()
     sys.set_int_max_str_digits(0)
     compiler = Compiler(Vocabulary.from_file(args.tokenizer))
     t0 = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns) as bar:
-        results = run(compiler, args.schemas, args.seed, args.walks, bar)
+        results = run(compiler, args.schemas, args.seed, args.walks, bar, strict=args.strict)
     doc = report(results, time.perf_counter() - t0, args)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "fuzz_schemas.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    (args.out / "fuzz_schemas.md").write_text(markdown(doc), encoding="utf-8")
+    name = "fuzz_schemas_strict" if args.strict else "fuzz_schemas"
+    (args.out / f"{name}.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    (args.out / f"{name}.md").write_text(markdown(doc), encoding="utf-8")
     summary = {k: doc[k] for k in ("schemas", "compiled", "instances", "accepted_invalid", "rejected_valid")}
     print(json.dumps(summary | {"by_category": doc["disagreements_by_category"]}))
 

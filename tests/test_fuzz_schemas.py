@@ -250,14 +250,18 @@ class SchemaCheck:
     disagreements: list[Disagreement] = field(default_factory=list)
 
 
-def check_schema(schema: Any, instances: list[Any], compiler: Compiler, *, walks: int = 0, seed: int = 0) -> SchemaCheck:
-    """Compile `schema` as check-schemas does and compare the guide with `jsonschema` on each instance, and on
-    the values of `walks` random walks of the guide (each the guide accepts, so each must be valid)."""
-    compiled = compile_checked(schema, compiler)
+def check_schema(
+    schema: Any, instances: list[Any], compiler: Compiler, *, walks: int = 0, seed: int = 0, strict: bool = False
+) -> SchemaCheck:
+    """Compile `schema` as check-schemas does (`strict`: as tool calls read it, undeclared keys refused) and
+    compare the guide with `jsonschema` (on `strict_reference(schema)` when strict) on each instance, and on the
+    values of `walks` random walks of the guide (each the guide accepts, so each must be valid)."""
+    compiled = compile_checked(schema, compiler, additional_properties=not strict)
     out = SchemaCheck(status=compiled.status, reason=compiled.reason)
     if compiled.status != "compiled":
         return out
-    validator = jsonschema.validators.validator_for(schema)(schema)
+    reference = strict_reference(schema) if strict else schema
+    validator = jsonschema.validators.validator_for(reference)(reference)
     writer = CanonicalWriter(schema)
     if compiled.grammar is not None:
         rng = random.Random(seed)
@@ -279,6 +283,64 @@ def check_schema(schema: Any, instances: list[Any], compiler: Compiler, *, walks
         if agreement := _disagreement(compiled, writer, compiler.vocab, validator, schema, value, valid):
             out.disagreements.append(agreement)
     return out
+
+
+STRICT = "__strict"
+"""The suffix of the closed copy of each `$defs` entry in a strict reference (`$ref`s reached positively)."""
+
+
+def strict_reference(schema: Any) -> Any:
+    """`schema` as the strict reading (`compile_schema(..., additional_properties=False)`) means it, for `jsonschema`.
+
+    The README's reading: an object without `additionalProperties` admits only its declared properties. Declared
+    means by `properties` or `required` anywhere in the schemas applied to the value in place (`allOf` parts,
+    `anyOf` / `oneOf` branches, `$ref` targets), which the grammar merges: so `unevaluatedProperties: false` at
+    every value position (the root, `properties`, `patternProperties`, `additionalProperties`, `items`,
+    `prefixItems`, `contains`), each `required` key declared. Left as written: what a `not` subtracts (the
+    grammar reads it open, as JSON Schema does), and a schema that lists its values (`enum` / `const`, its own or
+    an `allOf` part's), which are checked against the schema as written. A `$ref` reached outside a `not` points
+    to a closed copy of its target."""
+
+    def lists(s: dict[str, Any], depth: int = 0) -> bool:
+        if "const" in s or "enum" in s:
+            return True
+        for part in s.get("allOf", []) if depth < 8 else []:
+            if isinstance(part, dict) and set(part) == {"$ref"} and part["$ref"].startswith("#/$defs/"):
+                part = defs.get(part["$ref"][len("#/$defs/"):])
+            if isinstance(part, dict) and "$ref" not in part and lists(part, depth + 1):
+                return True
+        return False
+
+    def close(s: Any, in_place: bool) -> Any:
+        if not isinstance(s, dict) or lists(s):
+            return s
+        out = dict(s)
+        props = {**{r: True for r in s.get("required", []) if isinstance(r, str)}, **s.get("properties", {})}
+        if props:
+            out["properties"] = {k: close(v, False) for k, v in props.items()}
+        if isinstance(s.get("patternProperties"), dict):
+            out["patternProperties"] = {k: close(v, False) for k, v in s["patternProperties"].items()}
+        for key in ("additionalProperties", "contains", "additionalItems"):
+            if key in s:
+                out[key] = close(s[key], False)
+        items = s.get("items")
+        if items is not None:
+            out["items"] = [close(v, False) for v in items] if isinstance(items, list) else close(items, False)
+        for key in ("prefixItems", "allOf", "anyOf", "oneOf"):
+            if isinstance(s.get(key), list):
+                out[key] = [close(v, key != "prefixItems") for v in s[key]]
+        ref = s.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            out["$ref"] = ref + STRICT
+        if not in_place:
+            out["unevaluatedProperties"] = False
+        return out
+
+    defs = schema.get("$defs", {}) if isinstance(schema, dict) else {}
+    root = close(schema, False)
+    if defs and root is not schema:
+        root["$defs"] = {**defs, **{name + STRICT: close(d, True) for name, d in defs.items()}}
+    return root
 
 
 def _disagreement(
@@ -357,6 +419,56 @@ def test_the_guide_accepts_an_instance_only_when_jsonschema_says_it_is_valid(byt
     assert sum(r.instances - r.valid for r in compiled) >= len(compiled)
 
 
+def test_the_strict_guide_accepts_an_instance_only_when_jsonschema_says_it_is_valid(bytelevel_vocab: Vocabulary) -> None:
+    """Soundness of the strict reading (tool calls: undeclared keys refused), differentially against
+    `jsonschema` on `strict_reference(schema)`: no accepted instance is invalid, nothing crashes, and the draws
+    hold instances of both kinds (the guide's own walks give the valid ones that open draws rarely are)."""
+    compiler = Compiler(bytelevel_vocab)
+    seen: list[SchemaCheck] = []
+
+    @FUZZ
+    @given(schema=SCHEMAS, data=st.data())
+    def agree(schema: Any, data: st.DataObject) -> None:
+        seed = data.draw(st.integers(0, 99))
+        res = check_schema(schema, draw_instances(data, schema), compiler, walks=3, seed=seed, strict=True)
+        seen.append(res)
+        assert res.status != "crashed", res.reason
+        wrong = [d for d in res.disagreements if d.direction == "accepted-invalid"]
+        assert not wrong, (wrong[0].schema, wrong[0].text, wrong[0].keyword)
+
+    agree()
+    compiled = [r for r in seen if r.status == "compiled"]
+    assert len(compiled) >= 0.7 * len(seen), [r.reason for r in seen if r.status != "compiled"]
+    assert sum(r.valid for r in compiled) >= len(compiled)
+    assert sum(r.instances - r.valid for r in compiled) >= len(compiled)
+
+
+@pytest.mark.parametrize(
+    ("schema", "valid", "invalid"),
+    [
+        ({"properties": {"a": {"type": "integer"}}}, {"a": 1}, {"a": 1, "b": 2}),
+        ({"required": ["c"]}, {"c": [{"x": 1}]}, {"c": 1, "d": 2}),
+        ({"properties": {"a": {}}, "allOf": [{"properties": {"b": {}}}]}, {"a": 1, "b": 2}, {"a": 1, "c": 3}),
+        ({"type": "array", "items": {"properties": {"a": {}}}}, [{"a": 1}], [{"a": 1, "b": 2}]),
+        ({"not": {"properties": {"a": {}}, "required": ["a"]}}, {}, {"a": 1}),
+        ({"$defs": {"d": {"properties": {"v": {"properties": {"w": {}}}}}}, "$ref": "#/$defs/d"},
+         {"v": {"w": 1}}, {"v": {"w": 1, "x": 2}}),
+        ({"$defs": {"d": {"properties": {"v": {}}}}, "properties": {"v": {}, "w": {}},
+          "not": {"$ref": "#/$defs/d", "required": ["v"]}}, {"w": 1}, {"v": 1, "w": 2}),
+        ({"enum": [{"z": 1}], "properties": {"a": {}}}, {"z": 1}, {"a": 1}),
+    ],
+)
+def test_the_strict_reference_closes_what_the_strict_grammar_closes(
+    bytelevel_vocab: Vocabulary, schema: dict[str, Any], valid: Any, invalid: Any
+) -> None:
+    """The reference refuses undeclared keys where the strict grammar does (declared in place, `required`
+    included), not under a `not` nor in listed values, and the strict guide agrees with it on both instances."""
+    reference = jsonschema.Draft202012Validator(strict_reference(schema))
+    assert reference.is_valid(valid) and not reference.is_valid(invalid)
+    res = check_schema(schema, [valid, invalid], Compiler(bytelevel_vocab), strict=True)
+    assert res.status == "compiled" and res.instances == 2 and not res.disagreements, res.disagreements
+
+
 @pytest.mark.parametrize(
     ("schema", "instance"),
     [
@@ -376,6 +488,20 @@ def test_the_check_reports_a_guide_that_accepts_an_invalid_instance(
     res = check_schema(schema, [instance], compiler)
     assert [(d.direction, d.keyword) for d in res.disagreements] == [
         ("accepted-invalid", "maximum" if "maximum" in schema else "oneOf")
+    ]
+
+
+def test_the_strict_check_reports_a_guide_that_admits_undeclared_keys(
+    bytelevel_vocab: Vocabulary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The strict check can fail: a compiler that ignores the strict reading (objects left open) is reported as
+    accepting an invalid instance, the keyword being the reference's unevaluatedProperties."""
+    compiler = Compiler(bytelevel_vocab)
+    real = compiler.compile_schema
+    monkeypatch.setattr(compiler, "compile_schema", lambda s, **kw: real(s, **{**kw, "additional_properties": True}))
+    res = check_schema({"properties": {"a": {"type": "integer"}}}, [{"a": 1}, {"a": 1, "b": 2}], compiler, strict=True)
+    assert [(d.direction, d.keyword, d.instance) for d in res.disagreements] == [
+        ("accepted-invalid", "unevaluatedProperties", {"a": 1, "b": 2})
     ]
 
 

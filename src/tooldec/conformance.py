@@ -86,9 +86,13 @@ class Compiled:
     compile_ms: float | None = None
 
 
-def compile_checked(schema: Any, compiler: Compiler, *, timeout_s: float = 10.0) -> Compiled:
-    """Compile one schema as a single value with JSON Schema's open objects, classifying every failure.
+def compile_checked(
+    schema: Any, compiler: Compiler, *, timeout_s: float = 10.0, additional_properties: bool = True
+) -> Compiled:
+    """Compile one schema as a single value, classifying every failure.
 
+    With JSON Schema's open objects by default, as check-schemas reads a schema; `additional_properties=False`
+    is the strict reading of tool calls (an object without `additionalProperties` admits only declared keys).
     Refusals (UnsupportedSchemaError, an invalid schema, a timeout, nesting past Python's recursion limit) are
     "unsupported"; any other exception is a tooldec bug, "crashed" with its traceback.
     """
@@ -97,7 +101,9 @@ def compile_checked(schema: Any, compiler: Compiler, *, timeout_s: float = 10.0)
         t0 = time.perf_counter()
         with time_limit(timeout_s):
             try:
-                out.grammar = compiler.compile_schema(schema, use_cache=False)
+                out.grammar = compiler.compile_schema(
+                    schema, additional_properties=additional_properties, use_cache=False
+                )
             except EmptyGrammarError:
                 out.reason = "the schema admits no value: every instance is rejected"
         out.compile_ms = (time.perf_counter() - t0) * 1000
