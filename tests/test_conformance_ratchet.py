@@ -8,6 +8,7 @@ of CPU): `python tests/conformance/ratchet.py`; an improvement becomes the basel
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -50,3 +51,29 @@ def test_the_ratchet_catches_each_kind_of_regression() -> None:
     worse = regressions(now, base)
     assert [w.split(":")[0] for w in worse] == ["a.json", "b.json", "c.json", "d.json"]
     assert "KeyError" in worse[0] and "1 invalid" in worse[3]
+
+
+def test_a_partial_update_rewrites_only_its_files_and_moves_the_summary(tmp_path: Path) -> None:
+    """--files with --update: the named files' entries change, the others stay, and the summary moves by the
+    difference (a file that now compiles brings its invalid instances, counted from the file itself)."""
+    bench = tmp_path / "data" / "maskbench"
+    bench.mkdir(parents=True)
+    tests = [{"valid": True, "data": 1}, {"valid": False, "data": "x"}, {"valid": False, "data": None}]
+    for name in ("a.json", "b.json", "c.json"):
+        (bench / name).write_text(json.dumps({"schema": {}, "tests": tests}))
+    entry = {"status": "compiled", "reason": "", "valid_accepted": 0, "valid_total": 1, "invalid_accepted": 0}
+    entries = {"a.json": entry, "b.json": {**entry, "status": "unsupported", "reason": "timeout", "valid_total": 0},
+               "c.json": entry}
+    summary = {"files": 3, "compiled": 2, "unsupported": 1, "crashed": 0, "valid_total": 2, "valid_accepted": 0,
+               "invalid_total": 4, "invalid_rejected": 4, "compile_ms_median": 5.0, "compile_ms_p95": 9.0}
+    baseline = tmp_path / "baseline.json"
+    ratchet._write({"date": "x", "summary": summary}, entries, baseline)
+    now = [FileResult(n, "compiled", valid_total=1, valid_accepted=1, invalid_total=2, invalid_rejected=2)
+           for n in ("a.json", "b.json")]
+    moved = ratchet.update_entries(now, tmp_path, baseline)
+    assert moved == {**summary, "compiled": 3, "unsupported": 0, "valid_total": 3, "valid_accepted": 2,
+                     "invalid_total": 6, "invalid_rejected": 6}
+    written = json.loads(baseline.read_text())
+    assert written["summary"] == moved and written["files"]["c.json"] == entry
+    assert written["files"]["b.json"] == {**entry, "valid_accepted": 1}
+    assert written["partial_updates"][0]["files"] == ["a.json", "b.json"]

@@ -5,10 +5,13 @@ per-file baseline tests/conformance/maskbench_llama3.json.
     python tests/conformance/ratchet.py --sample   # the deterministic tenth that CI checks
     python tests/conformance/ratchet.py --update   # check every file and rewrite the baseline (on purpose)
     python tests/conformance/ratchet.py --jobs 2   # files side by side in 2 processes
+    python tests/conformance/ratchet.py --files A.json B.json [--update]   # only these files (their entries)
 
 A regression is a crash, a file that compiled and now does not, fewer valid instances accepted, or any invalid
 instance accepted. Improvements are listed; they only stick once the baseline is updated with --update and
-committed (the commit says why). tests/test_conformance_ratchet.py runs the sample in the slow tier.
+committed (the commit says why). With --files, --update rewrites only those files' entries and moves the summary
+by their difference (each file's test counts read from the file); the head lists such partial updates, and
+the compile times stay those of the last full run. tests/test_conformance_ratchet.py runs the sample in the slow tier.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -49,7 +54,7 @@ def load_baseline(path: Path = BASELINE) -> dict[str, dict]:
 
 
 def write_baseline(results: list[FileResult], seconds: float, path: Path = BASELINE) -> None:
-    """The baseline document: settings, the summary, then one line per file (so that diffs stay readable)."""
+    """The baseline document of a full run: settings, the summary, then one line per file."""
     head = {
         "command": f"tooldec check-schemas ../shared/data/maskbench --tokenizer ../shared/tokenizers/{TOKENIZER} "
         f"--timeout {TIMEOUT_S:g} --json",
@@ -58,13 +63,52 @@ def write_baseline(results: list[FileResult], seconds: float, path: Path = BASEL
         "seconds": round(seconds),
         "summary": summarize(results),
     }
+    _write(head, {r.file: baseline_entry(r) for r in results}, path)
+
+
+def _write(head: dict[str, Any], entries: dict[str, dict[str, Any]], path: Path) -> None:
+    """The head, then one line per file in name order (so that diffs stay readable)."""
     lines = [json.dumps(head, indent=1)[:-2] + ',\n "files": {']
-    entries = sorted(results, key=lambda r: r.file)
-    for i, r in enumerate(entries):
-        comma = "," if i < len(entries) - 1 else ""
-        lines.append(f"  {json.dumps(r.file)}: {json.dumps(baseline_entry(r), ensure_ascii=False)}{comma}")
+    names = sorted(entries)
+    for i, name in enumerate(names):
+        comma = "," if i < len(names) - 1 else ""
+        lines.append(f"  {json.dumps(name)}: {json.dumps(entries[name], ensure_ascii=False)}{comma}")
     lines.append(" }\n}\n")
     path.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _counted(entry: dict[str, Any] | None, invalid_total: int) -> Counter[str]:
+    """A baseline entry's share of the summary (a file's invalid instances count only when it compiled)."""
+    if entry is None:
+        return Counter()
+    out = Counter({"files": 1, entry["status"]: 1})
+    if entry["status"] == "compiled":
+        out["valid_total"] += entry["valid_total"]
+        out["valid_accepted"] += entry["valid_accepted"]
+        out["invalid_total"] += invalid_total
+        out["invalid_rejected"] += invalid_total - entry["invalid_accepted"]
+    return out
+
+
+def update_entries(results: list[FileResult], shared: Path = SHARED, path: Path = BASELINE) -> dict[str, Any]:
+    """Rewrite the baseline entries of `results` only, moving the summary by their difference; the new summary."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    entries = doc.pop("files")
+    summary = doc["summary"]
+    for r in results:
+        tests = json.loads((shared / "data" / "maskbench" / r.file).read_text()).get("tests", [])
+        invalid = sum(not t.get("valid") for t in tests)
+        new = baseline_entry(r)
+        diff = _counted(new, invalid)
+        diff.subtract(_counted(entries.get(r.file), invalid))
+        for key, delta in diff.items():
+            summary[key] = summary.get(key, 0) + delta
+        entries[r.file] = new
+    doc.setdefault("partial_updates", []).append(
+        {"date": time.strftime("%Y-%m-%d", time.gmtime()), "files": sorted(r.file for r in results)}
+    )
+    _write(doc, entries, path)
+    return summary
 
 
 _worker: Compiler | None = None
@@ -108,9 +152,13 @@ def main() -> None:
     parser.add_argument("--sample", action="store_true", help="Only the deterministic sample CI checks.")
     parser.add_argument("--shared", type=Path, default=SHARED)
     parser.add_argument("--jobs", type=int, default=1, help="Processes checking files side by side.")
+    parser.add_argument("--files", nargs="+", metavar="NAME", help="Only these MaskBench files (names).")
     args = parser.parse_args()
     sys.set_int_max_str_digits(0)
-    files = maskbench_files(args.shared, sample=args.sample and not args.update)
+    if args.files:
+        files = [args.shared / "data" / "maskbench" / name for name in args.files]
+    else:
+        files = maskbench_files(args.shared, sample=args.sample and not args.update)
     t0 = time.perf_counter()
     results = run(files, args.shared / "tokenizers" / TOKENIZER, jobs=args.jobs)
     seconds = time.perf_counter() - t0
@@ -121,7 +169,10 @@ def main() -> None:
         print("improved:", line)
     for line in worse:
         print("REGRESSION:", line)
-    if args.update:
+    if args.update and args.files:
+        print(json.dumps({"baseline_summary": update_entries(results, args.shared)}))
+        print(f"baseline entries rewritten: {len(results)} in {BASELINE}")
+    elif args.update:
         write_baseline(results, seconds)
         print(f"baseline written: {BASELINE}")
     elif worse:
