@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from tooldec.agents.chat import CHAT_SYNTAXES, parse_free_calls
 from tooldec.compiler import Compiler
-from tooldec.decoding import CallController
+from tooldec.decoding import CallController, FreeController
 from tooldec.decoding.trigger import Triggers
-from tooldec.eval.runners import BLOCKS, LenientHermes, hermes_attempts
+from tooldec.eval.runners import BLOCKS, HERMES_CALL, LenientHermes, hermes_attempts
 from tooldec.grammar.calls import get_format
 from tooldec.specs import ToolSpec
 from tooldec.vocab import Vocabulary
@@ -97,6 +97,16 @@ def test_the_free_baseline_reads_the_same_shapes() -> None:
     calls, errors = parse_free_calls(text, CHAT_SYNTAXES["hermes"])
     assert [c.name for c in calls] == ["get_weather"] * 2 and len(errors) == 1
     assert CHAT_SYNTAXES["hermes"].triggers == ("<tool_call>", "```json")
+
+
+def test_the_free_baseline_sees_a_control_token_trigger(bytelevel_vocab: Vocabulary) -> None:
+    """`<tool_call>` as one special token (no bytes of its own) still opens a call the free controller reads."""
+    ctrl = FreeController(bytelevel_vocab, HERMES_CALL, LenientHermes().parse, after_call="stop")
+    tokens = bytelevel_vocab.encode("Sure. ") + [bytelevel_vocab.special_ids["<tool_call>"]]
+    tokens += bytelevel_vocab.encode(f"\n{CALL}\n</tool_call>")
+    events = [e for t in tokens if (e := ctrl.accept_token(t)) is not None]
+    assert [(c.name, c.arguments) for e in events for c in e.calls] == [("get_weather", {"city": "Paris"})]
+    assert events[0].text == f"<tool_call>\n{CALL}\n</tool_call>" and ctrl.done
 
 
 def _ids(vocab: Vocabulary, *pieces: bytes) -> list[int]:

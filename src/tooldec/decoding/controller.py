@@ -377,7 +377,9 @@ class FreeController:
 
     After every token the text generated since the last call is matched against `call_end` (a regex that
     must match at the end, e.g. ToolkenGPT's `<tool>(...)=`); a match is parsed best-effort with `parse`
-    and reported as a CallEvent (with the parse error, if any). Never masks, never forces.
+    and reported as a CallEvent (with the parse error, if any). A control token other than EOS is read as its
+    name (`<tool_call>` when the tokenizer has it as one special token), as the guided path reads it. Never
+    masks, never forces.
     """
 
     def __init__(
@@ -404,6 +406,7 @@ class FreeController:
         self.mode = Mode.TEXT
         self._since = b""
         self._start = list(start)
+        self._names = {i: n.encode() for n, i in getattr(vocab, "special_ids", {}).items()}
 
     @property
     def done(self) -> bool:
@@ -429,7 +432,7 @@ class FreeController:
         if token_id in self.vocab.eos_ids:
             self.mode = Mode.DONE
             return None
-        self._since += self.vocab.token_bytes[token_id] or b""
+        self._since += self.vocab.token_bytes[token_id] or self._names.get(token_id, b"")
         text = self._since.decode("utf-8", errors="replace")
         if any(t in text for t in self.stops):
             self.mode = Mode.DONE
