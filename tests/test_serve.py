@@ -72,8 +72,9 @@ SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] or {"type": "objec
 USER = [{"role": "user", "content": "What is the weather in Paris, and what is 2 plus 3?"}]
 
 
-def _tokenizer() -> Any:
-    """A byte-level BPE with ChatML control tokens and `<tool_call>` as one ordinary (text) token."""
+def _tokenizer(*, special_tool_call: bool = False) -> Any:
+    """A byte-level BPE with ChatML control tokens and `<tool_call>` as one ordinary (text) token, or as one
+    special (control) token."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -84,7 +85,7 @@ def _tokenizer() -> Any:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
     )
     tok.train_from_iterator(corpus * 20, trainer)
-    tok.add_tokens([AddedToken("<tool_call>", special=False, normalized=False)])
+    tok.add_tokens([AddedToken("<tool_call>", special=special_tool_call, normalized=False)])
     hf = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>")
     hf.chat_template = CHATML
     return hf
@@ -544,6 +545,110 @@ def test_streaming_holds_back_a_trigger_until_it_is_decided(lm: LoadedModel) -> 
     assert all("<" not in r for r in released)
     assert [c.to_openai()["function"] for c in out.complete_calls] == [
         {"name": "get_weather", "arguments": '{"city": "Rome"}'}]
+
+
+class Script:
+    """A forward hook that makes a tiny model write `text` after the last assistant header, then EOS (one row at a
+    time, no prefix cache: it reads the answer so far from the tokens fed). Control tokens count as their names,
+    so `<tool_call>` in `text` is the special token where the tokenizer has one. Once the answer leaves the
+    script (guidance chose otherwise), the random model goes on by itself."""
+
+    def __init__(self, lm: LoadedModel, text: str) -> None:
+        self.vocab = lm.vocab
+        self.text = text.encode()
+        names = {i: n.encode() for n, i in lm.vocab.special_ids.items()}
+        self.pieces = [(i, b or names.get(i, b"")) for i, b in enumerate(lm.vocab.token_bytes)]
+        self.header = [lm.vocab.special_ids["<|im_start|>"], *lm.vocab.encode("assistant\n")]
+        self.fed: list[int] = []
+
+    def __call__(self, _module: Any, _args: Any, kwargs: dict[str, Any], output: Any) -> Any:
+        ids = kwargs["input_ids"]
+        assert ids.shape[0] == 1, "a scripted model decodes one row at a time"
+        self.fed += ids[0].tolist()
+        start = max(i for i in range(len(self.fed)) if self.fed[i : i + len(self.header)] == self.header)
+        written = b"".join(self.pieces[t][1] for t in self.fed[start + len(self.header):])
+        if not self.text.startswith(written):
+            return output
+        rest = self.text[len(written):]
+        boost = torch.zeros(output.logits.shape[-1])
+        if not rest:
+            boost[min(self.vocab.eos_ids)] = 50.0
+        for i, piece in self.pieces:
+            if piece and rest.startswith(piece):
+                boost[i] = 20.0 + len(piece)  # the longest piece the mask allows wins
+        output.logits[:, -1, :] += boost
+        return output
+
+
+def scripted_server(text: str, *, special_tool_call: bool = False) -> Server:
+    """A server whose model writes `text` in every answer (greedy), with `<tool_call>` a text or control token."""
+    hf = _tokenizer(special_tool_call=special_tool_call)
+    vocab = Vocabulary.from_hf(hf)
+    assert ("<tool_call>" in vocab.special_ids) == special_tool_call
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=vocab.size, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=4096)).eval()
+    lm = LoadedModel(model, hf, vocab, MODEL, "test", 0.0)
+    model.register_forward_hook(Script(lm, text), with_kwargs=True)
+    config = ServeConfig(model_name=MODEL, max_batch=1, default_max_tokens=96, max_model_len=2048, prefix_cache=0)
+    return Server(create_app(lm, config))
+
+
+WEATHER_CALL = '{"name": "weather", "arguments": {"city": "Paris", "days": 3}}'
+"""A call naming get_weather by its unique suffix `weather`, as a model that means it may write it."""
+
+
+def whole_and_streamed(client: Any, **kwargs: Any) -> tuple[Any, str, list[tuple[str, str]], str | None]:
+    """The non-streamed answer, then the streamed one's content, calls (name, arguments) and finish_reason."""
+    whole = ask(client, temperature=0, max_tokens=120, **kwargs).choices[0]
+    content, calls, finish = "", {}, None
+    for chunk in ask(client, temperature=0, max_tokens=120, stream=True, **kwargs):
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            for tc in c.delta.tool_calls or []:
+                if tc.id:
+                    calls[tc.index] = [tc.function.name, ""]
+                calls[tc.index][1] += tc.function.arguments or ""
+            finish = c.finish_reason or finish
+    return whole, content, [(n, a) for n, a in calls.values()], finish
+
+
+@pytest.mark.parametrize(("special", "opening", "closing"), [
+    (False, "```json\n", "\n```"),  # Qwen2.5-Coder's Markdown block
+    (False, "<tool_call>\n", "\n</tool_call>"),
+    (True, "<tool_call>\n", "\n</tool_call>"),  # `<tool_call>` is one control token of the tokenizer
+])
+def test_a_call_the_model_opens_in_auto_mode_comes_back_as_tool_calls(special: bool, opening: str,
+                                                                        closing: str) -> None:
+    """In auto mode a call opened by any of the syntax's triggers is guided and answered as `tool_calls`, under
+    the tool's own name though the model wrote its suffix, streamed and not."""
+    with scripted_server(f"Let me check.\n{opening}{WEATHER_CALL}{closing}", special_tool_call=special) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        whole, content, streamed, finish = whole_and_streamed(client, tools=TOOLS)
+    assert whole.finish_reason == finish == "tool_calls"
+    assert check_calls(whole.message) == [("get_weather", {"city": "Paris", "days": 3})]
+    assert whole.message.content == content == "Let me check."
+    assert streamed == [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+
+
+def test_a_markdown_json_block_is_content_when_no_tool_may_be_called() -> None:
+    with scripted_server(f"Like this:\n```json\n{WEATHER_CALL}\n```") as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        whole, content, streamed, finish = whole_and_streamed(client, tools=TOOLS, tool_choice="none")
+    assert not whole.message.tool_calls and not streamed and whole.finish_reason == finish == "stop"
+    assert whole.message.content == content == f"Like this:\n```json\n{WEATHER_CALL}\n```"
+
+
+def test_required_and_named_calls_take_the_suffix_name_too() -> None:
+    """A required call (its `<tool_call>` forced) and a named one, written with the suffix name, come back under
+    the tool's name."""
+    with scripted_server(f"<tool_call>\n{WEATHER_CALL}\n</tool_call>") as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+            answer = ask(client, tools=TOOLS, tool_choice=choice, temperature=0, max_tokens=120,
+                         parallel_tool_calls=False).choices[0]
+            assert answer.finish_reason == "tool_calls" and not answer.message.content
+            assert check_calls(answer.message) == [("get_weather", {"city": "Paris", "days": 3})]
 
 
 FUZZ_VALUES = st.recursive(

@@ -1,8 +1,9 @@
 """From the tokens a row's policy accepts to an OpenAI assistant message, as deltas while it is written.
 
 Text-mode tokens are content. A trigger the model writes is not: content that could still be the start of
-the trigger (or of a stop string) is held back until it cannot. Tool-mode tokens are a call: its name is
-announced once it is complete (`{"index", "id", "type", "function": {"name", "arguments": ""}}`) and its
+one of the triggers (or of a stop string) is held back until it cannot. Tool-mode tokens are a call: its name
+is announced once it is complete (`{"index", "id", "type", "function": {"name", "arguments": ""}}`), the
+tool's own name where the call used an alias (a unique suffix, `tooldec.grammar.calls.with_aliases`), and its
 arguments follow in pieces as they are written, exactly the JSON text the grammar let through, so that the
 pieces concatenate to the non-streamed `arguments`. Leading and trailing whitespace of the content is dropped,
 which streaming does too (whitespace is released only once text follows it).
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tooldec.decoding.controller import CallController, CallEvent, Mode
+from tooldec.decoding.trigger import Triggers
 from tooldec.serve.protocol import call_id
 
 Kind = Literal["tools", "json", "text"]
@@ -58,6 +60,16 @@ def json_value_end(text: str, start: int) -> int | None:
             if depth == 0:
                 return i + 1
     return None
+
+
+def canonical_names(fmt: Any) -> dict[str, str]:
+    """Alias -> tool name of a call format (empty without aliases), looked up through wrapping formats."""
+    while fmt is not None:
+        table = getattr(fmt, "canonical", None)
+        if isinstance(table, dict):
+            return table
+        fmt = getattr(fmt, "inner", None)
+    return {}
 
 
 def held_back(data: bytes, holds: list[bytes]) -> int:
@@ -114,14 +126,12 @@ class OutputBuilder:
         self._mode = getattr(self.policy, "mode", Mode.TEXT)
         self._holds = [s.encode() for s in self.stop if s]
         trigger = getattr(self.policy, "trigger", None)
-        self._trigger = trigger
-        if (
-            isinstance(self.policy, CallController)
-            and trigger is not None
-            and trigger.token_id is None
-            and self.policy.tool_choice != "none"
-        ):
-            self._holds.append(trigger.text)
+        members = trigger.members if isinstance(trigger, Triggers) else [trigger] if trigger is not None else []
+        self._trigger_texts = sorted((t.text for t in members if t.token_id is None), key=len, reverse=True)
+        if isinstance(self.policy, CallController) and self.policy.tool_choice != "none":
+            self._holds += self._trigger_texts
+        grammar = getattr(self.policy, "grammar", None)
+        self._canonical = canonical_names(getattr(grammar, "format", None))
 
     def on_token(self, token: int, event: CallEvent | None) -> None:
         """Take one accepted token and the call it completed, if any."""
@@ -141,9 +151,9 @@ class OutputBuilder:
         if before is Mode.DONE:
             return
         self._content += data
-        if after is Mode.TOOL:  # this token fired the trigger: it and the trigger's text are not content
-            trig = self._trigger
-            cut = len(data) if trig is None or trig.token_id is not None else len(trig.text)
+        if after is Mode.TOOL:  # this token fired a trigger: it and the trigger's text are not content
+            fired = next((t for t in self._trigger_texts if self._content.endswith(t)), None)
+            cut = len(data) if fired is None else len(fired)
             del self._content[len(self._content) - cut :]
             self._released = min(self._released, len(self._content))
             self._call = bytearray()
@@ -211,7 +221,8 @@ class OutputBuilder:
                 m = _CALL_HEAD.search(text, self._pos)
                 if m is None:
                     return
-                call = ToolCallOut(call_id(), json.loads('"' + m.group(1) + '"'))
+                written = json.loads('"' + m.group(1) + '"')
+                call = ToolCallOut(call_id(), self._canonical.get(written, written))
                 self.calls.append(call)
                 index = len(self.calls) - 1
                 self._deltas.append({"tool_calls": [{"index": index, "id": call.id, "type": "function",

@@ -1,9 +1,12 @@
 """What a request asks the decoder to do: its tools, how calls are guided, its sampling and limits.
 
 `tools` are read with `tooldec.specs.from_openai_tools` and compiled by the model's compiler (cached,
-thread-safe) in the model's chat syntax; `tool_choice` maps to the CallController's mode as in `ChatAgent`
-("auto": the model may write the syntax's trigger, after which the call is guided; "required": the trigger
-is forced; a named function: only that tool, one call; "none": the trigger is banned). With
+thread-safe) in the model's chat syntax, with the format objects the agents and the evaluation use: a call
+may name a tool by a unique word-aligned suffix of its name (`with_aliases`; the answer names the tool
+itself), and any of the syntax's triggers opens a call (Hermes/Qwen: `<tool_call>` or a ```` ```json ````
+block). `tool_choice` maps to the CallController's mode as in `ChatAgent` ("auto": the model may write a
+trigger, after which the call is guided; "required": the first trigger is forced; a named function: only that
+tool, one call; "none": the first trigger is banned, and a ```` ```json ```` block stays content). With
 `parallel_tool_calls` the row goes back to text after a call (syntaxes that allow several calls in a turn),
 else it stops after one. `response_format` json_schema guides the whole answer by the schema's grammar.
 """
@@ -17,7 +20,7 @@ from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.decoding import CallController, FreeController, Policy
 from tooldec.decoding.sampling import SamplingParams
 from tooldec.errors import ToolDecError
-from tooldec.grammar.calls import FORMATS, CallFormat, JsonCall, ParallelCalls
+from tooldec.grammar.calls import FORMATS, CallFormat, JsonCall, ParallelCalls, with_aliases
 from tooldec.serve.errors import APIError, pointer_param, tool_error
 from tooldec.serve.output import Kind
 from tooldec.serve.prompt import ChatTemplate
@@ -63,9 +66,10 @@ class Plan:
             return FreeController(vocab, None, stop=self.stop)
         if self.kind == "json":
             return CallController(grammar)
+        syntax = template.syntax
         return CallController(
             grammar,
-            trigger=template.syntax.trigger,
+            trigger=syntax.trigger if self.mode == "none" else syntax.triggers,
             tool_choice=self.mode,  # type: ignore[arg-type]
             after_call=self.after_call,  # type: ignore[arg-type]
             max_calls=1 if self.after_call == "stop" else 16,
@@ -152,5 +156,6 @@ def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:
     call_format: Any = FORMATS[syntax.format]
     if syntax.format == "mistral" and not parallel:
         call_format = ParallelCalls(JsonCall(), max_calls=1, name="mistral")  # type: ignore[arg-type]
+    call_format = with_aliases(call_format, tools)  # suffixes unique among all the request's tools
     after_call = "text" if parallel and syntax.format != "mistral" else "stop"
     return Plan("tools", tools, call_tools, str(mode), after_call, call_format, None, False, stop, params, max_tokens)
