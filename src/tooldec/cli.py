@@ -193,10 +193,11 @@ def make_agent(lm: Any, executor: Any, mode: str, *, tool_choice: str = "auto", 
 
 
 def answer(agent: Any, render: Any, question: str, *, prefix_cache: bool = True) -> tuple[Any, dict[str, Any]]:
-    """`agent`'s answer to `question`, starting from the stored KV cache of its prompt's fixed start where it
-    can (computed and stored on first use); also {"prefix_tokens", "stored"}: what the warm start reused."""
+    """`agent`'s answer to `question`, starting from the stored state (KV cache) after its prompt's fixed start
+    where it can, under either backend (computed and stored on first use); also {"prefix_tokens", "stored"}: what
+    the warm start reused."""
     warm: dict[str, Any] = {"prefix_tokens": 0, "stored": False}
-    if render is None or not prefix_cache or agent.lm.backend != "transformers":
+    if render is None or not prefix_cache:
         return agent.run(question), warm
     from tooldec.backends.prefix_store import warm_prefix
 

@@ -6,12 +6,18 @@ position's logits, to which the policy's packed mask is applied exactly as with 
 token bytes are read from the GGUF file (llama.cpp's token pieces) and checked against the tokenizer's, so a
 mask bit always means the same bytes to the model and to the grammar. Install with `pip install
 "tooldec[llamacpp]"` (llama-cpp-python builds from source: minutes).
+
+The warm start keeps llama.cpp's state of the sequence after a prompt prefix (`LlamaPrefixes`, one payload kind
+of tooldec.backends.prefix_store): the KV cells as `llama_state_seq_get_data` writes them, which
+`llama_state_seq_set_data` puts back exactly.
 """
 
 from __future__ import annotations
 
+import ctypes
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -20,8 +26,10 @@ import numpy as np
 import torch
 
 from tooldec.backends.embedded import EMBEDDED_MODELS, fetch_model
-from tooldec.backends.loader import LoadedModel, ModelLoadError, idle_cores
+from tooldec.backends.loader import LoadedModel, ModelLoadError, gguf_key, idle_cores
+from tooldec.backends.prefix_store import library_version
 from tooldec.backends.progress import Stages, quiet_libraries
+from tooldec.decoding.prefix import PromptPrefix
 from tooldec.vocab import Vocabulary
 
 
@@ -68,12 +76,111 @@ class LlamaCppModel:
             logits=torch.from_numpy(last.copy())[None, None, :], past_key_values=self._session
         )
 
+    def prefix_kind(self) -> LlamaPrefixes:
+        """How this model's prompt prefixes are stored (tooldec.backends.prefix_store)."""
+        return LlamaPrefixes(self)
+
+    def sequence_state(self) -> bytes:
+        """llama.cpp's state of the sequence now in the context (its KV cells), as bytes."""
+        import llama_cpp
+
+        ctx = self.llama._ctx.ctx
+        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
+        if written != size:
+            raise ModelLoadError(f"llama.cpp wrote {written} of {size} bytes of sequence state")
+        return bytes(buffer)
+
+    def restore(self, state: bytes, tokens: Sequence[int]) -> _Session:
+        """Put a `sequence_state` back into the context as the state after `tokens` (the first len(tokens) of
+        the tokens it was taken after: later cells are dropped at the next eval), and start a session there."""
+        import llama_cpp
+
+        self.llama.reset()
+        self._session = None
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if llama_cpp.llama_state_seq_set_data(self.llama._ctx.ctx, buffer, len(state), 0) != len(state):
+            raise ModelLoadError("llama.cpp refused the stored sequence state")
+        self.llama.input_ids[: len(tokens)] = tokens
+        self.llama.n_tokens = len(tokens)
+        self._session = _Session()
+        return self._session
+
+
+@dataclass(frozen=True)
+class LlamaPrefix(PromptPrefix):
+    """A prompt prefix under llama.cpp: no layers in Python, the sequence state after the prefix tokens instead;
+    the Decoder's `cache` call puts it back into the model's context."""
+
+    state: bytes = b""
+    model: LlamaCppModel | None = None
+
+    def cache(self, batch: int, length: int) -> Any:
+        """The model's session holding the first `length` prefix positions (llama.cpp decodes one row)."""
+        if batch != 1 or self.model is None:
+            raise ModelLoadError("the llama.cpp backend decodes one sequence at a time")
+        return self.model.restore(self.state, self.tokens[:length])
+
+
+class LlamaPrefixes:
+    """llama.cpp's prefix state for tooldec.backends.prefix_store: the sequence's KV cells, as llama.cpp writes
+    them."""
+
+    name = "llamacpp"
+
+    def __init__(self, model: LlamaCppModel) -> None:
+        """Prefixes of `model`'s GGUF file under its context's settings."""
+        self.model = model
+
+    def identity(self) -> dict[str, Any]:
+        """The GGUF file (name, size, time, a hash of its ends), the context settings that shape the state (its
+        size, batch sizes, KV types, attention kind) and the installed tooldec and llama-cpp-python."""
+        llama = self.model.llama
+        path = Path(llama.model_path)
+        stat = path.stat()
+        params = llama.context_params
+        return {
+            "gguf": [path.name, stat.st_size, stat.st_mtime_ns, gguf_key(path)],
+            "context": [
+                llama.n_ctx(),
+                params.n_batch,
+                params.n_ubatch,
+                params.type_k,
+                params.type_v,
+                getattr(params, "flash_attn_type", None),
+            ],
+            "versions": [library_version(p) for p in ("tooldec", "llama_cpp_python")],
+        }
+
+    def build(self, tokens: Sequence[int]) -> LlamaPrefix:
+        """Evaluate `tokens` from an empty context and take the sequence's state."""
+        self.model.llama.reset()
+        self.model._session = None
+        self.model.llama.eval(list(tokens))
+        return LlamaPrefix(tuple(tokens), (), self.model.sequence_state(), self.model)
+
+    def dump(self, prefix: PromptPrefix) -> bytes:
+        """The sequence state's bytes."""
+        if not isinstance(prefix, LlamaPrefix):
+            raise TypeError(f"not a llama.cpp prefix: {type(prefix).__name__}")
+        return prefix.state
+
+    def parse(self, payload: bytes, tokens: tuple[int, ...]) -> LlamaPrefix:
+        """A stored state, checked by loading it into the context: llama.cpp refuses one of another shape, and
+        its last position must be the last prefix token's."""
+        import llama_cpp
+
+        self.model.restore(payload, tokens)
+        last = llama_cpp.llama_memory_seq_pos_max(self.model.llama._ctx.memory, 0)
+        if last != len(tokens) - 1:
+            raise ValueError(f"the state ends at position {last}, not {len(tokens) - 1}")
+        return LlamaPrefix(tokens, (), payload, self.model)
+
 
 def gguf_token_bytes(llama: Any) -> list[bytes]:
     """Every token's bytes as llama.cpp reads them from the GGUF file (special tokens as their text, no space
     stripped): `llama_token_to_piece` token by token."""
-    import ctypes
-
     import llama_cpp
 
     vocab = llama._model.vocab  # llama-cpp-python keeps the C vocabulary handle there

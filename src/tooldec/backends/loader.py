@@ -84,7 +84,7 @@ def idle_cores() -> int:
     return max(1, min(cores, cores - round(load)))
 
 
-def _gguf_key(path: Path) -> str:
+def gguf_key(path: Path) -> str:
     """A cache key for a GGUF file: its size and a hash of its first and last MiB (fast on large files)."""
     size = path.stat().st_size
     h = hashlib.sha256(f"{path.name}|{size}".encode())
@@ -102,7 +102,7 @@ def convert_gguf(path: Path, *, force: bool = False, progress: bool = False) -> 
     bars and warnings are silenced.
     """
     transformers = _require_transformers()
-    target = cache_dir("converted", _gguf_key(path))
+    target = cache_dir("converted", gguf_key(path))
     if (target / "config.json").is_file() and (target / "tokenizer.json").is_file() and not force:
         return target
     log.info("converting %s (first load only)", path)
