@@ -162,6 +162,96 @@ Dfa finish(const std::vector<std::vector<std::pair<Mask, int32_t>>>& rows, const
   return d;
 }
 
+// The same as finish() for rows given as a table of targets per class (-1: none), `cls[b]` the class of byte b:
+// bytes share a final class when every kept row sends them to the same kept state (or neither).
+Dfa finish_table(const std::vector<int32_t>& table, int32_t nc, const std::vector<int32_t>& cls,
+                 const std::vector<uint8_t>& accepting) {
+  const int32_t n = static_cast<int32_t>(accepting.size());
+  std::vector<int32_t> rev_off(static_cast<size_t>(n) + 1, 0), rev;
+  for (int32_t s = 0; s < n; ++s)
+    for (int32_t c = 0; c < nc; ++c) {
+      const int32_t t = table[static_cast<size_t>(s) * nc + c];
+      if (t >= 0) ++rev_off[t + 1];
+    }
+  for (int32_t s = 0; s < n; ++s) rev_off[s + 1] += rev_off[s];
+  rev.resize(rev_off[n]);
+  {
+    std::vector<int32_t> fill(rev_off.begin(), rev_off.end() - 1);
+    for (int32_t s = 0; s < n; ++s)
+      for (int32_t c = 0; c < nc; ++c) {
+        const int32_t t = table[static_cast<size_t>(s) * nc + c];
+        if (t >= 0) rev[fill[t]++] = s;
+      }
+  }
+  std::vector<uint8_t> alive(n, 0);
+  std::vector<int32_t> stack;
+  for (int32_t s = 0; s < n; ++s)
+    if (accepting[s]) {
+      alive[s] = 1;
+      stack.push_back(s);
+    }
+  while (!stack.empty()) {
+    const int32_t s = stack.back();
+    stack.pop_back();
+    for (int32_t k = rev_off[s]; k < rev_off[s + 1]; ++k)
+      if (!alive[rev[k]]) {
+        alive[rev[k]] = 1;
+        stack.push_back(rev[k]);
+      }
+  }
+  if (n > 0) alive[DEAD] = 0;
+  std::vector<int32_t> new_id(n, 0);
+  int32_t count = 1;
+  if (n > 1 && alive[1])
+    for (int32_t s = 1; s < n; ++s)
+      if (alive[s]) new_id[s] = count++;
+  // group the classes by their column of kept targets
+  std::vector<std::vector<int32_t>> column(nc);
+  for (int32_t s = 1; s < n; ++s) {
+    if (!alive[s] || new_id[s] == 0) continue;
+    for (int32_t c = 0; c < nc; ++c) {
+      const int32_t t = table[static_cast<size_t>(s) * nc + c];
+      column[c].push_back(t >= 0 && alive[t] ? new_id[t] : 0);
+    }
+  }
+  std::vector<int32_t> group(nc, -1);
+  int32_t groups = 0;
+  for (int32_t c = 0; c < nc; ++c) {
+    if (group[c] >= 0) continue;
+    group[c] = groups;
+    for (int32_t c2 = c + 1; c2 < nc; ++c2)
+      if (group[c2] < 0 && column[c2] == column[c]) group[c2] = groups;
+    ++groups;
+  }
+  std::vector<int32_t> order(groups, -1), rep(groups, -1);
+  int32_t final_nc = 0;
+  Dfa d;
+  d.classes.resize(256);
+  for (int b = 0; b < 256; ++b) {
+    const int32_t g = group[cls[b]];
+    if (order[g] < 0) order[g] = final_nc++;
+    d.classes[b] = static_cast<uint8_t>(order[g]);
+  }
+  for (int32_t c = 0; c < nc; ++c)
+    if (rep[order[group[c]]] < 0) rep[order[group[c]]] = c;
+  d.n = count;
+  d.nc = final_nc;
+  d.trans.assign(static_cast<size_t>(count) * final_nc, DEAD);
+  d.accepting.assign(count, 0);
+  for (int32_t s = 1; s < n; ++s) {
+    if (!alive[s] || new_id[s] == 0) continue;
+    const int32_t ns = new_id[s];
+    d.accepting[ns] = accepting[s];
+    int32_t* row = d.trans.data() + static_cast<size_t>(ns) * final_nc;
+    for (int32_t k = 0; k < final_nc; ++k) {
+      const int32_t t = table[static_cast<size_t>(s) * nc + rep[k]];
+      if (t >= 0 && alive[t]) row[k] = new_id[t];
+    }
+  }
+  d.start = count > 1 ? 1 : DEAD;
+  return d;
+}
+
 py::tuple to_python(const Dfa& d) {
   py::array_t<int32_t> trans({static_cast<py::ssize_t>(d.n), static_cast<py::ssize_t>(d.nc)});
   std::memcpy(trans.mutable_data(), d.trans.data(), d.trans.size() * sizeof(int32_t));
@@ -182,28 +272,45 @@ void check_signals(size_t& tick) {
 Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, const std::vector<Mask>& mask_list,
            const int64_t* xp, const int32_t* xt, int32_t start, int32_t accept, int64_t max_states) {
   const int32_t n_masks = static_cast<int32_t>(mask_list.size());
-  // byte classes over every mask, then each mask as a list of classes
-  std::vector<int32_t> cls(256, 0);
+  // byte classes over every mask (partition refinement: each mask splits the classes of its bytes, at a cost
+  // in its set bits), numbered by first byte; then each mask as its sorted list of classes
+  std::vector<int32_t> cls(256, 0), split_of, split_stamp;
   int32_t nc = 1;
+  auto for_bits = [](const Mask& m, auto&& f) {
+    for (int w = 0; w < 4; ++w)
+      for (uint64_t x = m[w]; x != 0; x &= x - 1) f(w * 64 + __builtin_ctzll(x));
+  };
   for (int32_t i = 0; i < n_masks; ++i) {
-    std::vector<int32_t> remap(2 * nc, -1);
-    int32_t next = 0;
-    for (int b = 0; b < 256; ++b) {
-      int k = cls[b] * 2 + (mask_has(mask_list[i], b) ? 1 : 0);
-      if (remap[k] < 0) remap[k] = next++;
-      cls[b] = remap[k];
-    }
-    nc = next;
+    split_of.resize(nc);
+    split_stamp.resize(nc, -1);
+    for_bits(mask_list[i], [&](int b) {
+      const int32_t c = cls[b];
+      if (split_stamp[c] != i) {
+        split_stamp[c] = i;
+        split_of[c] = nc++;
+      }
+      cls[b] = split_of[c];
+    });
   }
-  std::vector<Mask> class_mask(nc, Mask{0, 0, 0, 0});
-  for (int b = 0; b < 256; ++b) class_mask[cls[b]][b >> 6] |= 1ULL << (b & 63);
+  {
+    std::vector<int32_t> order(nc, -1);
+    int32_t k = 0;
+    for (int b = 0; b < 256; ++b) {
+      if (order[cls[b]] < 0) order[cls[b]] = k++;
+      cls[b] = order[cls[b]];
+    }
+    nc = k;
+  }
   std::vector<std::vector<int32_t>> mask_classes(n_masks);
+  std::vector<int32_t> seen_stamp(nc, -1);
   for (int32_t i = 0; i < n_masks; ++i) {
-    std::vector<uint8_t> in(nc, 0);
-    for (int b = 0; b < 256; ++b)
-      if (mask_has(mask_list[i], b)) in[cls[b]] = 1;
-    for (int c = 0; c < nc; ++c)
-      if (in[c]) mask_classes[i].push_back(c);
+    for_bits(mask_list[i], [&](int b) {
+      if (seen_stamp[cls[b]] != i) {
+        seen_stamp[cls[b]] = i;
+        mask_classes[i].push_back(cls[b]);
+      }
+    });
+    std::sort(mask_classes[i].begin(), mask_classes[i].end());
   }
   // epsilon closures, kept to the states that matter (byte edges or the accept state), memoised
   std::vector<std::vector<int32_t>> closure(n);
@@ -243,11 +350,11 @@ Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, c
   };
   std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
   std::vector<const std::vector<int32_t>*> order;
-  std::vector<std::vector<int32_t>> rows_cls;  // per DFA state: target per class (-1 none)
+  std::vector<int32_t> table;  // per DFA state, nc targets (-1 none)
   std::vector<uint8_t> accepting;
   static const std::vector<int32_t> empty;
   order.push_back(&empty);
-  rows_cls.emplace_back();
+  table.assign(nc, -1);
   accepting.push_back(0);
   auto intern = [&](std::vector<int32_t>&& key) -> int32_t {
     auto it = ids.find(key);
@@ -256,7 +363,6 @@ Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, c
     if (id >= max_states) throw SchemaTooLarge("the automaton would exceed " + std::to_string(max_states) + " DFA states");
     auto ins = ids.emplace(std::move(key), id).first;
     order.push_back(&ins->first);
-    rows_cls.emplace_back();
     accepting.push_back(std::binary_search(ins->first.begin(), ins->first.end(), accept) ? 1 : 0);
     return id;
   };
@@ -264,7 +370,10 @@ Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, c
   std::vector<std::vector<int32_t>> bucket(nc);
   std::vector<int32_t> used;
   std::vector<int32_t> union_mark(n, -1);
+  std::vector<int32_t> single_id(n, -1);  // NFA state t -> the DFA state of closure(t)
   int32_t union_stamp = 0;
+  // classes with the same target list share the same successor: memo per row, for lists of two or more
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> memo;
   size_t tick = 0;
   for (size_t i = 1; i < order.size(); ++i) {
     check_signals(tick);
@@ -276,22 +385,23 @@ Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, c
           if (bucket[c].empty()) used.push_back(c);
           bucket[c].push_back(et[k]);
         }
-    std::vector<int32_t> row(nc, -1);
-    // classes with the same target list share the same successor: memo per list
-    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> memo;
+    table.resize(table.size() + nc, -1);
+    memo.clear();
     for (int32_t c : used) {
       std::vector<int32_t>& targets = bucket[c];
-      std::sort(targets.begin(), targets.end());
-      targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-      auto mit = memo.find(targets);
       int32_t tid;
-      if (mit != memo.end()) {
-        tid = mit->second;
+      if (targets.size() == 1 || std::all_of(targets.begin(), targets.end(), [&](int32_t t) { return t == targets[0]; })) {
+        int32_t& known = single_id[targets[0]];
+        if (known < 0) known = intern(std::vector<int32_t>(closure_of(targets[0])));
+        tid = known;
       } else {
-        std::vector<int32_t> key;
-        if (targets.size() == 1) {
-          key = closure_of(targets[0]);
+        std::sort(targets.begin(), targets.end());
+        targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+        auto mit = memo.find(targets);
+        if (mit != memo.end()) {
+          tid = mit->second;
         } else {
+          std::vector<int32_t> key;
           ++union_stamp;
           for (int32_t t : targets)
             for (int32_t u : closure_of(t))
@@ -300,29 +410,15 @@ Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, c
                 key.push_back(u);
               }
           std::sort(key.begin(), key.end());
+          tid = intern(std::move(key));
+          memo.emplace(targets, tid);
         }
-        tid = intern(std::move(key));
-        memo.emplace(targets, tid);
       }
-      row[c] = tid;
+      table[i * nc + c] = tid;
       targets.clear();
     }
-    rows_cls[i] = std::move(row);
   }
-  // rows as (mask, target) with disjoint masks: union the classes that go to the same target
-  const size_t N = order.size();
-  std::vector<std::vector<std::pair<Mask, int32_t>>> rows(N);
-  for (size_t i = 1; i < N; ++i) {
-    std::unordered_map<int32_t, Mask> by_target;
-    for (int c = 0; c < nc; ++c) {
-      int32_t t = rows_cls[i][c];
-      if (t < 0) continue;
-      Mask& m = by_target.try_emplace(t, Mask{0, 0, 0, 0}).first->second;
-      for (int w = 0; w < 4; ++w) m[w] |= class_mask[c][w];
-    }
-    for (auto& [t, m] : by_target) rows[i].emplace_back(m, t);
-  }
-  return finish(rows, accepting);
+  return finish_table(table, nc, cls, accepting);
 }
 
 std::vector<Mask> read_masks(const carray<uint8_t>& masks) {
@@ -353,11 +449,9 @@ class Thompson {
   }
 
   int32_t new_state() {
-    if (static_cast<int64_t>(edges_.size()) >= max_states_)
+    if (n_states_ >= max_states_)
       throw SchemaTooLarge("the automaton would exceed " + std::to_string(max_states_) + " NFA states");
-    edges_.emplace_back();
-    eps_.emplace_back();
-    return static_cast<int32_t>(edges_.size() - 1);
+    return static_cast<int32_t>(n_states_++);
   }
 
   int32_t build(int32_t node, int32_t start) {
@@ -367,7 +461,7 @@ class Thompson {
     switch (r[0]) {
       case 0: {
         const int32_t end = new_state();
-        if (r[1] >= 0) edges_[start].emplace_back(r[1], end);
+        if (r[1] >= 0) edge(start, r[1], end);
         return end;
       }
       case 1: {
@@ -375,7 +469,7 @@ class Thompson {
         for (int32_t i = 0; i < r[1]; ++i) cur = build(r[2 + i], cur);
         if (cur == start) {
           cur = new_state();
-          eps_[start].push_back(cur);
+          eps(start, cur);
         }
         return cur;
       }
@@ -383,7 +477,7 @@ class Thompson {
         const int32_t end = new_state();
         for (int32_t i = 0; i < r[1]; ++i) {
           const int32_t got = build(r[2 + i], start);
-          eps_[got].push_back(end);
+          eps(got, end);
         }
         return end;
       }
@@ -398,20 +492,24 @@ class Thompson {
     }
   }
 
-  // The NFA as CSR arrays, then subset construction.
+  // The NFA as CSR arrays (each state's edges in the order they were added), then subset construction.
   Dfa determinize(int32_t start, int32_t accept, int64_t max_dfa_states) {
-    const size_t n = edges_.size();
+    const size_t n = static_cast<size_t>(n_states_);
     std::vector<int64_t> ep(n + 1, 0), xp(n + 1, 0);
-    std::vector<int32_t> em, et, xt;
+    for (const auto& e : edges_) ++ep[e[0] + 1];
+    for (const auto& x : eps_) ++xp[x.first + 1];
     for (size_t s = 0; s < n; ++s) {
-      for (auto& [m, t] : edges_[s]) {
-        em.push_back(m);
-        et.push_back(t);
-      }
-      ep[s + 1] = static_cast<int64_t>(em.size());
-      xt.insert(xt.end(), eps_[s].begin(), eps_[s].end());
-      xp[s + 1] = static_cast<int64_t>(xt.size());
+      ep[s + 1] += ep[s];
+      xp[s + 1] += xp[s];
     }
+    std::vector<int32_t> em(edges_.size()), et(edges_.size()), xt(eps_.size());
+    std::vector<int64_t> at(ep.begin(), ep.end() - 1);
+    for (const auto& e : edges_) {
+      em[at[e[0]]] = e[1];
+      et[at[e[0]]++] = e[2];
+    }
+    at.assign(xp.begin(), xp.end() - 1);
+    for (const auto& x : eps_) xt[at[x.first]++] = x.second;
     return subset(static_cast<int32_t>(n), ep.data(), em.data(), et.data(), masks_, xp.data(), xt.data(), start,
                   accept, max_dfa_states);
   }
@@ -425,30 +523,30 @@ class Thompson {
     }
     if (hi < 0) {
       const int32_t loop = new_state();
-      eps_[cur].push_back(loop);
+      eps(cur, loop);
       if (lo == 0 && sep >= 0) {  // zero items, or item (sep item)*, with one copy of item
         const int32_t end = new_state();
-        eps_[loop].push_back(end);
+        eps(loop, end);
         const int32_t entry = new_state();
-        eps_[loop].push_back(entry);
+        eps(loop, entry);
         const int32_t after = build(item, entry);
-        eps_[after].push_back(end);
+        eps(after, end);
         const int32_t back = build(sep, after);
-        eps_[back].push_back(entry);
+        eps(back, entry);
         return end;
       }
       const int32_t body = sep >= 0 ? build(sep, loop) : loop;
       const int32_t again = build(item, body);
-      eps_[again].push_back(loop);
+      eps(again, loop);
       return loop;
     }
     if (hi < lo) throw std::invalid_argument("repeat bounds " + std::to_string(lo) + ".." + std::to_string(hi));
     const int32_t end = new_state();
-    eps_[cur].push_back(end);
+    eps(cur, end);
     for (int32_t i = lo; i < hi; ++i) {
       if (i && sep >= 0) cur = build(sep, cur);
       cur = build(item, cur);
-      eps_[cur].push_back(end);
+      eps(cur, end);
     }
     return end;
   }
@@ -461,18 +559,18 @@ class Thompson {
       const int32_t item = r[3 + 2 * i];
       const bool required = r[4 + 2 * i] != 0;
       const int32_t entry = new_state();
-      if (first >= 0) eps_[first].push_back(entry);
+      if (first >= 0) eps(first, entry);
       if (more >= 0) {
         const int32_t after_sep = build(sep, more);
-        eps_[after_sep].push_back(entry);
+        eps(after_sep, entry);
       }
       const int32_t after = build(item, entry);
       const int32_t next_more = new_state();
-      eps_[after].push_back(next_more);
-      if (!required && more >= 0) eps_[more].push_back(next_more);
+      eps(after, next_more);
+      if (!required && more >= 0) eps(more, next_more);
       if (!required && first >= 0) {
         const int32_t next_first = new_state();
-        eps_[first].push_back(next_first);
+        eps(first, next_first);
         first = next_first;
       } else {
         first = -1;
@@ -480,8 +578,8 @@ class Thompson {
       more = next_more;
     }
     const int32_t end = new_state();
-    if (first >= 0) eps_[first].push_back(end);
-    if (more >= 0) eps_[more].push_back(end);
+    if (first >= 0) eps(first, end);
+    if (more >= 0) eps(more, end);
     return end;
   }
 
@@ -505,7 +603,7 @@ class Thompson {
     for (int b = 0; b < 256; ++b) class_mask[classes.data()[b]][b >> 6] |= 1ULL << (b & 63);
     std::vector<int32_t> states(n, 0);
     for (int32_t s = 1; s < n; ++s) states[s] = new_state();
-    eps_[start].push_back(states[dstart]);
+    eps(start, states[dstart]);
     std::vector<std::pair<int32_t, Mask>> by_target;
     for (int32_t s = 1; s < n; ++s) {
       by_target.clear();
@@ -519,8 +617,8 @@ class Thompson {
           for (int w = 0; w < 4; ++w) it->second[w] |= class_mask[c][w];
         }
       }
-      for (auto& [t, m] : by_target) edges_[states[s]].emplace_back(mask_id(m), states[t]);
-      if (accepting.data()[s]) eps_[states[s]].push_back(end);
+      for (auto& [t, m] : by_target) edge(states[s], mask_id(m), states[t]);
+      if (accepting.data()[s]) eps(states[s], end);
     }
     return end;
   }
@@ -533,8 +631,12 @@ class Thompson {
   py::list dfas_;
   int64_t max_states_;
   size_t tick_ = 0;
-  std::vector<std::vector<std::pair<int32_t, int32_t>>> edges_;
-  std::vector<std::vector<int32_t>> eps_;
+  int64_t n_states_ = 0;
+  std::vector<std::array<int32_t, 3>> edges_;        // (from, mask id, to), in the order added
+  std::vector<std::pair<int32_t, int32_t>> eps_;     // (from, to), in the order added
+
+  void edge(int32_t from, int32_t mask, int32_t to) { edges_.push_back({from, mask, to}); }
+  void eps(int32_t from, int32_t to) { eps_.emplace_back(from, to); }
 };
 
 // IR node table -> NFA (Thompson) -> pruned DFA, as (trans, classes, accepting, start).
