@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import importlib.util
+import itertools
 import json
 import os
 import random
@@ -29,8 +30,10 @@ import pytest
 
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController
+from tooldec.decoding.trigger import Triggers
 from tooldec.errors import TokenRejectedError
 from tooldec.eval.metrics import SyntaxChecker
+from tooldec.grammar.calls import name_aliases, with_aliases
 from tooldec.integrations.batch import (
     PAYLOAD_KEY,
     CallsOnly,
@@ -38,7 +41,9 @@ from tooldec.integrations.batch import (
     PolicyFactory,
     ToolRequest,
     ToolRequestError,
+    call_blocks,
     check_compiles,
+    opening_overlap,
     tool_payload,
 )
 from tooldec.specs import from_openai_tools
@@ -195,7 +200,7 @@ def test_check_compiles_refuses_what_tooldec_cannot_enforce() -> None:
 def test_factory_maps_tool_choice(factory: PolicyFactory) -> None:
     auto = factory.policy(ToolRequest.from_payload({"tools": TOOLS}))
     assert auto.tool_choice == "auto" and auto.after_call == "text" and auto.mode.value == "text"
-    assert auto.trigger is not None and auto.trigger.text == b"<tool_call>"
+    assert isinstance(auto.trigger, Triggers) and [t.text for t in auto.trigger.members] == [b"<tool_call>", b"```json"]
     required = factory.policy(ToolRequest.from_payload({"tools": TOOLS, "tool_choice": "required"}))
     assert required.mode.value == "tool" and required.forced()  # the trigger is forced
     single = factory.policy(ToolRequest.from_payload({"tools": TOOLS, "parallel_tool_calls": False}))
@@ -203,7 +208,26 @@ def test_factory_maps_tool_choice(factory: PolicyFactory) -> None:
     named = factory.policy(ToolRequest.from_payload({"tools": TOOLS, "tool_choice": NAMED}))
     assert named.grammar.tools is not None and named.grammar.tools.names == ("add",)
     none = factory.policy(ToolRequest.from_payload({"tools": TOOLS, "tool_choice": "none"}))
-    assert none.tool_choice == "none"
+    assert none.tool_choice == "none" and none.trigger is not None and none.trigger.text == b"<tool_call>"
+
+
+def test_a_markdown_json_block_with_a_suffix_name_is_a_guided_call(factory: PolicyFactory, vocab: Vocabulary) -> None:
+    """The processor guides a call opened by ```json and naming get_weather by its suffix `weather`; the parser's
+    block reader finds it (a fence inside a string argument does not end it) and the alias table names it."""
+    policy = factory.policy(ToolRequest.from_payload({"tools": TOOLS}))
+    text = 'Sure.\n```json\n{"name": "weather", "arguments": {"city": "a```b"}}\n```'
+    [event] = policy.accept_tokens(vocab.encode(text))
+    assert [(c.name, c.arguments) for c in event.calls] == [("get_weather", {"city": "a```b"})]
+    with pytest.raises(TokenRejectedError):  # guided: no other name
+        factory.policy(ToolRequest.from_payload({"tools": TOOLS})).accept_tokens(
+            vocab.encode('```json\n{"name": "weathers'))
+    [block] = call_blocks(text + " more")
+    assert text[block.start :].startswith("```json") and block.complete and block.end == len(text)
+    assert json.loads(block.json) == {"name": "weather", "arguments": {"city": "a```b"}}
+    assert name_aliases(t["function"]["name"] for t in TOOLS) == {"weather": "get_weather"}
+    first, second = call_blocks('<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>```json\n{"na')
+    assert first.complete and not second.complete and second.json == '{"na'
+    assert [opening_overlap(t) for t in ("see ``", "see <tool_ca", "done.", "```json")] == [2, 8, 0, 0]
 
 
 def test_required_calls_come_back_to_back_then_eos(factory: PolicyFactory, vocab: Vocabulary) -> None:
@@ -374,7 +398,7 @@ def test_simulated_engine_writes_only_valid_calls(factory: PolicyFactory, vocab:
     batch = PolicyBatch(factory)
     slots: dict[int, tuple[int, Any, list[int]]] = {}
     finished: list[tuple[Any, list[int]]] = []
-    checker = SyntaxChecker(from_openai_tools(TOOLS), "hermes")
+    checker = SyntaxChecker(from_openai_tools(TOOLS), with_aliases("hermes", from_openai_tools(TOOLS)))
     eos = min(vocab.eos_ids)
     while pending or slots:
         update = Update()
@@ -407,19 +431,17 @@ def test_simulated_engine_writes_only_valid_calls(factory: PolicyFactory, vocab:
     calls = 0
     for choice, out in finished:
         text = b"".join(vocab.token_bytes[t] or b"" for t in out if t != eos).decode("utf-8", "replace")
-        blocks = [b.split("</tool_call>")[0] for b in text.split("<tool_call>")[1:]]
-        if choice in ("required", NAMED) and "</tool_call>" in text:  # calls back to back, then EOS
-            between = [b.split("</tool_call>", 1)[1] for b in text.split("<tool_call>")[1:] if "</tool_call>" in b]
-            assert all(gap == "" for gap in between), text
+        blocks = call_blocks(text)  # `<tool_call>` tags or ```json blocks
         if choice == "none":
-            assert not blocks
-        if choice in ("required", NAMED):
-            assert blocks, text
-        for n, block in enumerate(blocks):
-            complete = "</tool_call>" in text.split("<tool_call>")[n + 1]
-            if not complete:
+            assert "<tool_call>" not in text
+        if choice in ("required", NAMED):  # calls back to back, then EOS
+            assert blocks and blocks[0].start == 0, text
+            assert all(a.end == b.start for a, b in itertools.pairwise(blocks)), text
+        for block in blocks:
+            written = text[block.start : block.end]
+            if not written.endswith(("</tool_call>", "\n```")):
                 continue  # cut by the length limit
-            check = checker.classify("<tool_call>" + block + "</tool_call>")
+            check = checker.classify(written)
             assert check.kind is None, (check, text)
             if choice == NAMED:
                 assert check.call is not None and check.call.name == "add"
@@ -550,6 +572,52 @@ def test_vllm_stream_matches_the_answer(client: Any) -> None:
     expected = answer.choices[0].message.tool_calls[0].function
     assert (name, json.loads(arguments)) == (expected.name, json.loads(expected.arguments))
     assert finish == answer.choices[0].finish_reason
+
+
+FENCE_SHOT = [
+    {"role": "system", "content": SYSTEM.split("To call one")[0]
+     + 'To call one, write a JSON block:\n```json\n{"name": <function name>, "arguments": <JSON object>}\n```'},
+    {"role": "user", "content": "What is the weather in Rome?"},
+    {"role": "assistant", "content": '```json\n{"name": "weather", "arguments": {"city": "Rome"}}\n```'},
+    {"role": "tool", "content": "sunny, 24 C"},
+    {"role": "assistant", "content": "It is sunny in Rome, 24 C."},
+    {"role": "user", "content": "Add 2 and 3."},
+    {"role": "assistant", "content": '```json\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n```'},
+    {"role": "tool", "content": "5"},
+    {"role": "assistant", "content": "2 plus 3 is 5."},
+    {"role": "user", "content": "Please add 1 and 2."},
+]
+"""A few-shot in which calls are Markdown JSON blocks (naming get_weather by its suffix), as Qwen2.5-Coder writes
+them; greedy SmolLM2 answers the last question with such a block."""
+
+
+@pytest.mark.vllm
+def test_vllm_markdown_json_call_with_a_suffix_name(client: Any) -> None:
+    """In auto mode a call the model opens with ```json is guided (the raw text, through the payload alone,
+    is a valid aliased call) and the parser answers it as tool_calls under the tool's own name, streamed too."""
+    specs = from_openai_tools(TOOLS)
+    raw = client.chat.completions.create(model="smollm2", messages=FENCE_SHOT, max_tokens=64, temperature=0,
+                                         extra_body={"vllm_xargs": tool_payload(TOOLS, "auto")})
+    text = raw.choices[0].message.content or ""
+    assert call_blocks(text), text
+    block = call_blocks(text)[0]
+    written = text[block.start : block.end]
+    assert written.startswith("```json\n") and written.endswith("\n```"), text
+    assert SyntaxChecker(specs, with_aliases("hermes", specs)).classify(written).kind is None
+    kwargs: dict[str, Any] = {"model": "smollm2", "messages": FENCE_SHOT, "tools": TOOLS, "max_tokens": 64,
+                              "temperature": 0}
+    answer = client.chat.completions.create(**kwargs)
+    assert answer.choices[0].finish_reason == "tool_calls" and "```" not in (answer.choices[0].message.content or "")
+    [call] = answer.choices[0].message.tool_calls
+    written_name = json.loads(block.json)["name"]
+    assert call.function.name == name_aliases(t.name for t in specs).get(written_name, written_name)
+    assert _check_answer(answer, "auto") == 1
+    name, arguments = None, ""
+    for chunk in client.chat.completions.create(stream=True, **kwargs):
+        for delta in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            name = name or (delta.function.name if delta.function else None)
+            arguments += (delta.function.arguments or "") if delta.function else ""
+    assert (name, json.loads(arguments)) == (call.function.name, json.loads(call.function.arguments))
 
 
 @pytest.mark.vllm

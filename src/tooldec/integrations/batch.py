@@ -9,7 +9,11 @@ OpenAI request body's `vllm_xargs`, or `SamplingParams.extra_args`); the JSON ob
   call syntax, detected from its chat template when absent) and `max_calls`.
 
 `tool_payload(...)` writes that entry. `PolicyFactory` turns a request into a `CallController` (one per model:
-it holds the compiler, whose compiled tool sets are cached). `PolicyBatch` keeps one policy per batch row and
+it holds the compiler, whose compiled tool sets are cached) with the call formats of `tooldec serve`, the agents
+and the evaluation: any of the syntax's triggers opens a call (Hermes/Qwen: `<tool_call>` or a Markdown
+```` ```json ```` block) and a call may name a tool by a unique suffix of its name (`with_aliases`);
+`call_blocks` finds such calls in text (for the vLLM tool parser, which names them by `name_aliases`).
+`PolicyBatch` keeps one policy per batch row and
 follows the engine's batch updates (removed, then added, then moved); before each sampling step it feeds every
 row the tokens generated since the last step, fills all rows' packed masks in one call of the compiled core
 (`fill_bitmasks`) and applies them in place (`apply_token_bitmask_inplace`). A row added at an index always
@@ -31,6 +35,7 @@ from tooldec.automaton.dfa import DEAD
 from tooldec.compiler import Compiler
 from tooldec.decoding.controller import CallController, MaskSource, Mode, fill_bitmasks
 from tooldec.errors import TokenRejectedError, ToolDecError
+from tooldec.grammar.calls import get_format, with_aliases
 from tooldec.specs import ToolSet, from_openai_tools
 
 log = logging.getLogger("tooldec.integrations")
@@ -164,6 +169,54 @@ def _tool_choice(choice: Any, tools: ToolSet) -> tuple[str, str | None]:
     raise ToolRequestError(f"tool_choice must be a string or an object, not {type(choice).__name__}")
 
 
+HERMES_BLOCKS: tuple[tuple[str, str], ...] = tuple((o.strip(), c.strip()) for o, c in get_format("hermes").pairs)  # type: ignore[attr-defined]
+"""(opening, closing) of every shape a Hermes call is written in: `<tool_call>` tags, a Markdown JSON block."""
+
+
+_JSON = json.JSONDecoder()
+
+
+@dataclass(frozen=True)
+class CallBlock:
+    """One call in a model's text: where its opening starts, its JSON object (as far as written), whether the
+    object is complete, and where the block ends (after its closing when that is written)."""
+
+    start: int
+    json: str
+    complete: bool
+    end: int
+
+
+def call_blocks(text: str, blocks: Sequence[tuple[str, str]] = HERMES_BLOCKS) -> list[CallBlock]:
+    """The calls in `text`, each opened by one of `blocks`' openings; a call's object ends where its JSON does
+    (a closing inside a string argument does not end it). The last may be incomplete."""
+    out: list[CallBlock] = []
+    pos = 0
+    while True:
+        found = [(i, o, c) for o, c in blocks if (i := text.find(o, pos)) >= 0]
+        if not found:
+            return out
+        start, opening, closing = min(found)
+        body = start + len(opening)
+        while body < len(text) and text[body].isspace():
+            body += 1
+        try:
+            end = _JSON.raw_decode(text, body)[1] if text.startswith("{", body) else None
+        except ValueError:  # not (yet) a whole JSON value
+            end = None
+        if end is None:
+            out.append(CallBlock(start, text[body:], False, len(text)))
+            return out
+        after = len(text) - len(text[end:].lstrip())
+        pos = after + len(closing) if text.startswith(closing, after) else end
+        out.append(CallBlock(start, text[body:end], True, pos))
+
+
+def opening_overlap(text: str, blocks: Sequence[tuple[str, str]] = HERMES_BLOCKS) -> int:
+    """How many characters at the end of `text` could begin an opening (content to hold back while streaming)."""
+    return max((k for o, _ in blocks for k in range(1, len(o)) if text.endswith(o[:k])), default=0)
+
+
 @functools.lru_cache(maxsize=256)
 def check_compiles(payload: str, syntax: str) -> None:
     """Build the call automaton of a payload's tools (no vocabulary needed), so that a schema tooldec cannot
@@ -280,18 +333,18 @@ class PolicyFactory:
         self.compiler = compiler
         self.prepared = compiler.prepared
         self.syntax = syntax
-        self._gaps: dict[str, Any] = {}
+        self._gaps: dict[tuple[str, ...], Any] = {}
 
-    def _gap(self, trigger: str) -> Any:
-        """The token index of what may follow a required call: the next call's trigger, or EOS."""
-        gap = self._gaps.get(trigger)
+    def _gap(self, triggers: tuple[str, ...]) -> Any:
+        """The token index of what may follow a required call: the next call's trigger (any of them), or EOS."""
+        gap = self._gaps.get(triggers)
         if gap is None:
             from tooldec.automaton.compile import compile_dfa
-            from tooldec.grammar.ir import lit, opt
+            from tooldec.grammar.ir import alt, lit, opt
             from tooldec.index import TokenIndex
 
-            dfa = compile_dfa(opt(lit(trigger)))
-            gap = self._gaps[trigger] = TokenIndex(dfa, self.prepared)
+            dfa = compile_dfa(opt(alt(*(lit(t) for t in triggers))))
+            gap = self._gaps[triggers] = TokenIndex(dfa, self.prepared)
         return gap
 
     @classmethod
@@ -307,22 +360,23 @@ class PolicyFactory:
     def policy(self, request: ToolRequest) -> CallController | CallsOnly:
         """A fresh policy for one request: guided calls of its tools in its syntax, its tool_choice mode.
 
-        A required (or named) call with parallel calls in the Hermes syntax gets a CallsOnly: calls back to back,
-        then EOS."""
+        Any of the syntax's triggers opens a call ("none" bans the first, a ```` ```json ```` block stays text);
+        a call may name a tool by its unique suffix. A required (or named) call with parallel calls in the
+        Hermes syntax gets a CallsOnly: calls back to back, then EOS."""
         from tooldec.agents.chat import CHAT_SYNTAXES
 
         syntax = CHAT_SYNTAXES[request.syntax or self.syntax]
-        grammar = self.compiler.compile(request.call_tools, syntax.format)
+        grammar = self.compiler.compile(request.call_tools, with_aliases(syntax.format, request.tools))
         parallel = syntax.parallel and request.parallel
         controller = CallController(
             grammar,
-            trigger=syntax.trigger,
+            trigger=syntax.trigger if request.mode == "none" else syntax.triggers,
             tool_choice=request.mode,  # type: ignore[arg-type]
             after_call="text" if parallel else "stop",
             max_calls=request.max_calls or (PARALLEL_MAX_CALLS if parallel else 1),
         )
         if parallel and syntax.format == "hermes" and request.mode == "required":
-            return CallsOnly(controller, self._gap(syntax.trigger))
+            return CallsOnly(controller, self._gap(syntax.triggers))
         return controller
 
 

@@ -11,7 +11,9 @@ Two pieces, both loaded by vLLM itself:
   the Chat Completions request's own `tools`, `tool_choice` and `parallel_tool_calls` into the request's
   `vllm_xargs` as the tooldec payload, so a plain OpenAI client request is guided; it turns vLLM's own
   constraints off for these requests (no xgrammar structural tag, no JSON-list format for `required` or a named
-  function: the calls come in the model's own syntax, Hermes `<tool_call>` here, and are parsed like `auto`).
+  function: the calls come in the model's own syntax and are parsed like `auto`). It reads the Hermes calls the
+  processor guides, in `<tool_call>` tags or a Markdown ```` ```json ```` block, and names a call that used a
+  tool's unique suffix (`with_aliases`) by the tool's own name, streamed or not.
 
 Without the parser, a client may send the payload itself: `vllm_xargs=tool_payload(tools, tool_choice)` in the
 request body, or `SamplingParams(extra_args=tool_payload(...))` with the offline `LLM`.
@@ -21,23 +23,35 @@ This module imports vLLM; `import tooldec` never imports it.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import weakref
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from vllm.entrypoints.generate.base.protocol import (
+    DeltaMessage,
+    ExtractedToolCallInformation,
+    FunctionCall,
+    ToolCall,
+)
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.logger import init_logger
 from vllm.tool_parsers.abstract_tool_parser import ToolParserManager
 from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
+from tooldec.grammar.calls import name_aliases
 from tooldec.integrations.batch import (
     PAYLOAD_KEY,
     PolicyBatch,
     PolicyFactory,
     ToolRequest,
+    call_blocks,
     check_compiles,
+    opening_overlap,
     tool_payload,
 )
 
@@ -119,16 +133,86 @@ class ToolDecLogitsProcessor(LogitsProcessor):
         return self.batch.apply(logits)
 
 
+@functools.lru_cache(maxsize=256)
+def _aliases(names: tuple[str, ...]) -> dict[str, str]:
+    """Alias -> tool name for a request's tool names (the table the processor compiled its calls with)."""
+    return name_aliases(names)
+
+
+def _canonical(request: Any) -> dict[str, str]:
+    """Alias -> tool name of a request's tools (empty without tools)."""
+    return _aliases(tuple(t.function.name for t in getattr(request, "tools", None) or ()))
+
+
 class ToolDecToolParser(Hermes2ProToolParser):
-    """Hermes `<tool_call>` calls, guided by tooldec: the request's tools go to the logits processor.
+    """Hermes calls guided by tooldec, in `<tool_call>` tags or a ```` ```json ```` block: the request's tools go
+    to the logits processor, and the calls come back under the tools' own names.
 
     `adjust_request` writes the tooldec payload into `vllm_xargs` from the request's `tools`, `tool_choice` and
     `parallel_tool_calls`; vLLM's own constraints stay off (tooldec's are complete), and required or named
-    calls are parsed from the `<tool_call>` blocks like auto ones."""
+    calls are parsed like auto ones. Streaming reuses the Hermes parser's diffing over `call_blocks`."""
 
     structural_tag_model = None
     supports_required_and_named = False
     syntax = "hermes"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """The Hermes parser's state, and the alias table of the request being streamed (set per call)."""
+        super().__init__(*args, **kwargs)
+        self._names: dict[str, str] = {}
+
+    def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
+        """The complete calls of a whole answer, and the content before the first one."""
+        names = _canonical(request)
+        calls = []
+        blocks = [b for b in call_blocks(model_output) if b.complete]
+        for block in blocks:
+            obj = json.loads(block.json)
+            name = obj.get("name") if isinstance(obj, dict) else None
+            if not isinstance(name, str):
+                continue
+            arguments = json.dumps(obj.get("arguments", obj.get("parameters", {})), ensure_ascii=False)
+            calls.append(ToolCall(type="function", function=FunctionCall(name=names.get(name, name),
+                                                                         arguments=arguments)))
+        if not calls:
+            return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=model_output)
+        content = model_output[: blocks[0].start]
+        return ExtractedToolCallInformation(tools_called=True, tool_calls=calls, content=content or None)
+
+    def extract_tool_calls_streaming(
+        self,
+        previous_text: str,
+        current_text: str,
+        delta_text: str,
+        previous_token_ids: Sequence[int],
+        current_token_ids: Sequence[int],
+        delta_token_ids: Sequence[int],
+        request: Any,
+    ) -> DeltaMessage | None:
+        """The Hermes parser's streaming, over both call shapes and with the tools' own names."""
+        self._names = _canonical(request)
+        return super().extract_tool_calls_streaming(
+            previous_text, current_text, delta_text, previous_token_ids, current_token_ids, delta_token_ids, request
+        )
+
+    def _extract_content(self, current_text: str) -> str | None:
+        """Content before the first call not sent yet, holding back what could begin an opening."""
+        blocks = call_blocks(current_text)
+        sendable = blocks[0].start if blocks else len(current_text) - opening_overlap(current_text)
+        if sendable > self._sent_content_idx:
+            content = current_text[self._sent_content_idx : sendable]
+            self._sent_content_idx = sendable
+            return content
+        return None
+
+    def _extract_tool_call_jsons(self, text: str) -> list[tuple[str, bool]]:
+        """(JSON object so far, complete) of every call, in either shape."""
+        return [(b.json, b.complete) for b in call_blocks(text)]
+
+    def _extract_tool_name(self, tc_json: str) -> str | None:  # type: ignore[override]
+        """The call's tool name once written whole, an alias replaced by the tool's name."""
+        name = super()._extract_tool_name(tc_json)
+        return None if name is None else self._names.get(name, name)
 
     def adjust_request(self, request: Any) -> Any:
         """Attach the payload to a Chat Completions request that carries tools (tool_choice other than none)."""
