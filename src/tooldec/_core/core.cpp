@@ -721,29 +721,39 @@ py::tuple union_dfas(py::list dfas, int64_t max_states) {
     carray<uint8_t> classes;
     carray<bool> acc;
     int32_t start, nc;
+    int64_t base;  // this automaton's first slot in `single_id`
   };
   std::vector<D> ds;
+  int64_t total = 0;
   for (py::handle h : dfas) {
     auto t = h.cast<py::tuple>();
-    D d{t[0].cast<carray<int32_t>>(), t[1].cast<carray<uint8_t>>(), t[2].cast<carray<bool>>(), t[3].cast<int32_t>(), 0};
+    D d{t[0].cast<carray<int32_t>>(), t[1].cast<carray<uint8_t>>(), t[2].cast<carray<bool>>(), t[3].cast<int32_t>(),
+        0, total};
     d.nc = static_cast<int32_t>(d.trans.shape(1));
+    total += d.trans.shape(0);
     ds.push_back(std::move(d));
   }
   const size_t K = ds.size();
+  // joint byte classes: bytes share one when every automaton puts them in the same class
   std::vector<int32_t> cls(256, 0);
   int32_t nc = 1;
-  std::vector<int32_t> remap;
-  for (const D& d : ds) {
-    remap.assign(static_cast<size_t>(nc) * 256, -1);
-    int32_t next = 0;
-    for (int b = 0; b < 256; ++b) {
-      int32_t& r = remap[static_cast<size_t>(cls[b]) * 256 + d.classes.data()[b]];
-      if (r < 0) r = next++;
-      cls[b] = r;
+  {
+    std::vector<int32_t> remap(256 * 256), stamp(256 * 256, -1);
+    for (size_t i = 0; i < K; ++i) {
+      int32_t next = 0;
+      const int32_t stamp_i = static_cast<int32_t>(i);
+      for (int b = 0; b < 256; ++b) {
+        const size_t k = static_cast<size_t>(cls[b]) * 256 + ds[i].classes.data()[b];
+        if (stamp[k] != stamp_i) {
+          stamp[k] = stamp_i;
+          remap[k] = next++;
+        }
+        cls[b] = remap[k];
+      }
+      nc = next;
     }
-    nc = next;
   }
-  // renumber joint classes by first byte, and list each automaton's classes as joint ones
+  // renumber joint classes by first byte, and list each automaton's classes as joint ones (flat, per automaton)
   std::vector<int32_t> order_cls(nc, -1);
   int32_t k = 0;
   for (int b = 0; b < 256; ++b)
@@ -752,11 +762,18 @@ py::tuple union_dfas(py::list dfas, int64_t max_states) {
   std::vector<int> rep(nc, -1);
   for (int b = 0; b < 256; ++b)
     if (rep[cls[b]] < 0) rep[cls[b]] = b;
-  std::vector<std::vector<std::vector<int32_t>>> joint_of(K);
+  std::vector<int64_t> joint_at(K + 1, 0);  // automaton i's nc + 1 offsets start at joint_off[joint_at[i]]
+  for (size_t i = 0; i < K; ++i) joint_at[i + 1] = joint_at[i] + ds[i].nc + 1;
+  std::vector<int32_t> joint_off(static_cast<size_t>(joint_at[K]), 0), joint(K * static_cast<size_t>(nc));
   for (size_t i = 0; i < K; ++i) {
-    joint_of[i].assign(ds[i].nc, {});
-    for (int c = 0; c < nc; ++c) joint_of[i][ds[i].classes.data()[rep[c]]].push_back(c);
+    int32_t* off = joint_off.data() + joint_at[i];
+    for (int c = 0; c < nc; ++c) ++off[ds[i].classes.data()[rep[c]] + 1];
+    for (int32_t c = 0; c < ds[i].nc; ++c) off[c + 1] += off[c];
+    for (int32_t c = 0; c <= ds[i].nc; ++c) off[c] += static_cast<int32_t>(i * nc);
+    std::vector<int32_t> at(off, off + ds[i].nc);
+    for (int c = 0; c < nc; ++c) joint[at[ds[i].classes.data()[rep[c]]]++] = c;
   }
+  // states: a single (automaton, state) pair, found through `single_id`, or a set of them (the shared prefix)
   using Key = std::vector<int64_t>;
   struct KeyHash {
     size_t operator()(const Key& v) const {
@@ -766,76 +783,87 @@ py::tuple union_dfas(py::list dfas, int64_t max_states) {
     }
   };
   std::unordered_map<Key, int32_t, KeyHash> ids;
-  std::unordered_map<int64_t, int32_t> single;  // one-pair sets, found without building a key
-  std::vector<Key> keys(1);
+  std::vector<Key> sets;
+  std::vector<int64_t> pair_of(1, -1);   // per state: its pair, or -1 for a set (sets[set_of[state]])
+  std::vector<int32_t> set_of(1, -1);
+  std::vector<int32_t> single_id(static_cast<size_t>(total), -1);
   std::vector<uint8_t> accepting{0};
-  auto add = [&](Key&& key) -> int32_t {
-    int32_t id = static_cast<int32_t>(keys.size());
+  auto new_id = [&]() -> int32_t {
+    const int32_t id = static_cast<int32_t>(pair_of.size());
     if (id >= max_states) throw SchemaTooLarge("the automaton would exceed " + std::to_string(max_states) + " DFA states");
-    bool acc = false;
-    for (int64_t x : key) acc = acc || ds[static_cast<size_t>(x >> 32)].acc.data()[static_cast<int32_t>(x & 0xFFFFFFFF)];
-    accepting.push_back(acc);
-    if (key.size() == 1) single.emplace(key[0], id);
-    else ids.emplace(key, id);
-    keys.push_back(std::move(key));
     return id;
   };
-  auto intern = [&](Key&& key) -> int32_t {
-    if (key.size() == 1) {
-      auto it = single.find(key[0]);
-      return it != single.end() ? it->second : add(std::move(key));
+  auto single = [&](size_t i, int32_t s) -> int32_t {
+    int32_t& got = single_id[static_cast<size_t>(ds[i].base) + s];
+    if (got < 0) {
+      got = new_id();
+      pair_of.push_back(static_cast<int64_t>(i) << 32 | static_cast<uint32_t>(s));
+      set_of.push_back(-1);
+      accepting.push_back(ds[i].acc.data()[s] ? 1 : 0);
     }
+    return got;
+  };
+  auto intern = [&](const Key& key) -> int32_t {
+    if (key.size() == 1) return single(static_cast<size_t>(key[0] >> 32), static_cast<int32_t>(key[0] & 0xFFFFFFFF));
     auto it = ids.find(key);
-    return it != ids.end() ? it->second : add(std::move(key));
+    if (it != ids.end()) return it->second;
+    const int32_t id = new_id();
+    bool acc = false;
+    for (int64_t x : key) acc = acc || ds[static_cast<size_t>(x >> 32)].acc.data()[static_cast<int32_t>(x & 0xFFFFFFFF)];
+    pair_of.push_back(-1);
+    set_of.push_back(static_cast<int32_t>(sets.size()));
+    accepting.push_back(acc);
+    sets.push_back(key);
+    ids.emplace(key, id);
+    return id;
   };
   Key start;
   for (size_t i = 0; i < K; ++i)
     if (ds[i].start != DEAD) start.push_back(static_cast<int64_t>(i) << 32 | static_cast<uint32_t>(ds[i].start));
-  if (!start.empty()) intern(std::move(start));
-  size_t expect = 2;  // about one state per state of the automata, plus the shared prefix
-  for (const D& d : ds) expect += static_cast<size_t>(d.trans.shape(0));
-  std::vector<int32_t> trans(expect * nc, DEAD);
-  keys.reserve(expect);
-  accepting.reserve(expect);
-  single.reserve(expect);
+  if (!start.empty()) intern(start);
+  pair_of.reserve(static_cast<size_t>(total) + 2);
+  set_of.reserve(static_cast<size_t>(total) + 2);
+  accepting.reserve(static_cast<size_t>(total) + 2);
+  std::vector<int32_t> trans((static_cast<size_t>(total) + 2) * nc, DEAD);
+  auto row_of = [&](size_t n) -> int32_t* {
+    if (trans.size() < (n + 1) * nc) trans.resize(std::max(trans.size() * 2, (n + 1) * nc), DEAD);
+    return trans.data() + n * nc;
+  };
+  Key next;
   size_t tick = 0;
-  for (size_t n = 1; n < keys.size(); ++n) {
+  for (size_t n = 1; n < pair_of.size(); ++n) {
     check_signals(tick);
-    if (trans.size() < keys.size() * nc) trans.resize(std::max(trans.size() * 2, keys.size() * nc), DEAD);
-    if (keys[n].size() == 1) {  // one automaton left: its own row, renumbered
-      const int64_t pair = keys[n][0];
-      const size_t i = static_cast<size_t>(pair >> 32);
+    if (pair_of[n] >= 0) {  // one automaton left: its own row, renumbered
+      const size_t i = static_cast<size_t>(pair_of[n] >> 32);
       const D& d = ds[i];
-      const int32_t s = static_cast<int32_t>(pair & 0xFFFFFFFF);
+      const int32_t s = static_cast<int32_t>(pair_of[n] & 0xFFFFFFFF);
+      const int32_t* off = joint_off.data() + joint_at[i];
       for (int c = 0; c < d.nc; ++c) {
-        int32_t t = d.trans.data()[static_cast<size_t>(s) * d.nc + c];
+        const int32_t t = d.trans.data()[static_cast<size_t>(s) * d.nc + c];
         if (t == DEAD) continue;
-        const int64_t next = static_cast<int64_t>(i) << 32 | static_cast<uint32_t>(t);
-        auto it = single.find(next);
-        int32_t tid = it != single.end() ? it->second : add(Key{next});
-        if (trans.size() < keys.size() * nc) trans.resize(std::max(trans.size() * 2, keys.size() * nc), DEAD);
-        for (int32_t j : joint_of[i][c]) trans[n * nc + j] = tid;
+        const int32_t tid = single(i, t);
+        int32_t* row = row_of(n);
+        for (int32_t j = off[c]; j < off[c + 1]; ++j) row[joint[j]] = tid;
       }
       continue;
     }
     for (int c = 0; c < nc; ++c) {
-      Key next;
-      for (int64_t x : keys[n]) {
+      next.clear();
+      for (int64_t x : sets[set_of[n]]) {
         const D& d = ds[static_cast<size_t>(x >> 32)];
-        int32_t s = static_cast<int32_t>(x & 0xFFFFFFFF);
-        int32_t t = d.trans.data()[static_cast<size_t>(s) * d.nc + d.classes.data()[rep[c]]];
+        const int32_t s = static_cast<int32_t>(x & 0xFFFFFFFF);
+        const int32_t t = d.trans.data()[static_cast<size_t>(s) * d.nc + d.classes.data()[rep[c]]];
         if (t != DEAD) next.push_back((x & ~0xFFFFFFFFLL) | static_cast<uint32_t>(t));
       }
       if (next.empty()) continue;
-      int32_t tid = intern(std::move(next));
-      if (trans.size() < keys.size() * nc) trans.resize(std::max(trans.size() * 2, keys.size() * nc), DEAD);
-      trans[n * nc + c] = tid;
+      const int32_t tid = intern(next);
+      row_of(n)[c] = tid;
     }
   }
   Dfa d;
-  d.n = static_cast<int32_t>(keys.size());
+  d.n = static_cast<int32_t>(pair_of.size());
   d.nc = nc;
-  trans.resize(keys.size() * nc);
+  trans.resize(pair_of.size() * nc);
   d.trans = std::move(trans);
   d.classes.assign(cls.begin(), cls.end());
   d.accepting = std::move(accepting);
