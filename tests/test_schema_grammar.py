@@ -395,3 +395,30 @@ def test_canonical_order_reaches_into_branches_and_items(bytelevel_vocab: Vocabu
     text = CanonicalWriter(schema).dumps([{"a": 0, "b": 0}])
     assert text == '[{"b": 0, "a": 0}]'
     assert Compiler(bytelevel_vocab).compile_schema(schema).dfa.accepts(text.encode())
+
+
+TYPE_NAMES = ("null", "boolean", "integer", "number", "string", "array", "object")
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    values=st.lists(
+        st.one_of(st.integers(-3, 3), st.sampled_from([2.0, -1.5, 0.0]), st.booleans(), st.none(),
+                  st.text("ab", max_size=2), st.lists(st.integers(0, 2), max_size=2)),
+        min_size=1, max_size=5, unique_by=json.dumps,
+    ),
+    types=st.one_of(st.none(), st.sampled_from(TYPE_NAMES), st.lists(st.sampled_from(TYPE_NAMES), min_size=1, max_size=3, unique=True)),
+    draft=st.sampled_from(["http://json-schema.org/draft-04/schema#", "https://json-schema.org/draft/2020-12/schema"]),
+)
+def test_a_typed_enum_admits_its_values_of_that_type(
+    bytelevel_vocab: Vocabulary, values: list[Any], types: Any, draft: str
+) -> None:
+    """An enum under a type keeps exactly the values `jsonschema` finds valid, in the schema's draft (draft 4 has
+    no integral floats among integers): the grammar checks such values by type alone, without a validator."""
+    schema: dict[str, Any] = {"$schema": draft, "enum": values, **({"type": types} if types is not None else {})}
+    check = jsonschema.validators.validator_for(schema)(schema)
+    assume(any(check.is_valid(v) for v in values))
+    dfa = Compiler(bytelevel_vocab).compile_schema(schema).dfa
+    writer = CanonicalWriter(schema)
+    for v in values:
+        assert dfa.accepts(writer.dumps(v).encode()) == check.is_valid(v), (v, schema)

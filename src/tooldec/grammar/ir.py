@@ -135,14 +135,14 @@ def lit(text: bytes | str) -> Node:
     data = text.encode() if isinstance(text, str) else text
     if len(data) == 1:
         return _BYTE[data[0]]
-    return Seq(tuple(_BYTE[b] for b in data))
+    return Seq(tuple(map(_BYTE.__getitem__, data)))
 
 
 def seq(*items: Node) -> Node:
     """Concatenation, flattening nested sequences; NOTHING anywhere makes the whole NOTHING."""
     flat: list[Node] = []
     for it in items:
-        if it == NOTHING:
+        if type(it) is Alt and not it.items:  # NOTHING, as any empty alternation (cheaper than dataclass ==)
             return NOTHING
         if isinstance(it, Seq):
             flat.extend(it.items)
@@ -153,6 +153,8 @@ def seq(*items: Node) -> Node:
 
 def alt(*items: Node) -> Node:
     """Alternation, flattening nested alternations and dropping NOTHING and duplicates."""
+    if len(items) == 1 and not isinstance(items[0], Alt):  # nothing to drop: spare hashing a fresh tree
+        return items[0]
     flat: list[Node] = []
     seen: set[Node] = set()
     for it in items:

@@ -86,6 +86,7 @@ UNSUPPORTED = frozenset(
     }
 )
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
+_TYPE_AND_ENUM = frozenset({"type", "enum"})
 NO_CONSTRAINT_FORMATS = frozenset({"float", "double", "password", "binary", "textarea"})
 # The formats JSON Schema defines (draft 4 to 2020-12). A `format` outside this list has no defined meaning,
 # so validators treat it as an annotation and so do we; a standard one is either enforced or refused.
@@ -414,6 +415,19 @@ class SchemaCompiler:
         if self._validator is None:
             cls = validator_for(self.root if isinstance(self.root, dict) else {})
             self._validator = cls(self.root if isinstance(self.root, (dict, bool)) else {})
+        if (
+            not set(schema) - ANNOTATIONS - _TYPE_AND_ENUM
+            and any(v is value for v in schema.get("enum", ()))
+            and not (isinstance(value, float) and not math.isfinite(value))  # jsonschema: nan is in no enum
+        ):
+            # a value listed by the schema's own enum, under at most a type: only the type is left to check (the
+            # common tool parameter; evolving a validator per value cost more than the rest of its grammar)
+            declared = schema.get("type")
+            if declared is None:
+                return True
+            declared = [declared] if isinstance(declared, str) else declared
+            if isinstance(declared, list) and all(t in TYPES for t in declared):
+                return any(self._validator.is_type(value, t) for t in declared)
         try:
             return bool(self._validator.evolve(schema=schema).is_valid(value))
         except jsonschema.exceptions.SchemaError as exc:

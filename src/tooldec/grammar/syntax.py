@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from json.encoder import encode_basestring
 from typing import Any
 
 
@@ -33,10 +34,10 @@ class ValueSyntax:
                 raise ValueError(f"{value!r} has no JSON spelling")
             return json.dumps(value)
         if isinstance(value, str):
-            return json.dumps(value, ensure_ascii=False)
+            return encode_basestring(value)  # json.dumps(value, ensure_ascii=False), without building an encoder
         if isinstance(value, dict):
             inner = self.item_sep.join(
-                json.dumps(str(k), ensure_ascii=False) + self.key_sep + self.dumps(v) for k, v in value.items()
+                encode_basestring(str(k)) + self.key_sep + self.dumps(v) for k, v in value.items()
             )
             return "{" + inner + "}"
         if isinstance(value, (list, tuple)):
