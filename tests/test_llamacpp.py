@@ -22,9 +22,11 @@ from tooldec.backends.llamacpp import (
     LlamaPrefixes,
     check_vocabulary,
     gguf_token_bytes,
+    gguf_tokenizer,
+    gguf_vocabulary,
     load_llamacpp,
 )
-from tooldec.backends.loader import LoadedModel, ModelLoadError
+from tooldec.backends.loader import LoadedModel, ModelLoadError, gguf_key
 from tooldec.backends.prefix_store import PrefixStore, prefix_kind, stable_prefix
 from tooldec.cli import answer, make_agent
 from tooldec.decoding import CallController, SamplingParams
@@ -106,6 +108,20 @@ def test_sequences_restart_and_continue(lm: LoadedModel) -> None:
         for _ in range(2)
     ]
     assert runs[0] == runs[1] and runs[0]
+
+
+def test_the_tokenizer_is_read_from_the_gguf_file_once(lm: LoadedModel, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TOOLDEC_CACHE", str(tmp_path))
+    path = Path(lm.model.llama.model_path)
+    folder = tmp_path / "tokenizers" / gguf_key(path)
+    first = gguf_tokenizer(path)
+    assert (folder / "tokenizer.json").is_file() and first.name_or_path != str(folder)
+    second = gguf_tokenizer(path)
+    assert second.name_or_path == str(folder)
+    text = 'Q: What is 3.14 times 123?\nA: <multiply>(3.14,123)=386.22 {"city": "Zürich"} 日本'
+    assert second.encode(text) == first.encode(text) == lm.tokenizer.encode(text)
+    assert second.chat_template == first.chat_template
+    assert gguf_vocabulary(lm.model.llama, second).token_bytes == lm.vocab.token_bytes
 
 
 def test_tokens_without_text_in_the_gguf_file_are_never_allowed(lm: LoadedModel, monkeypatch) -> None:  # type: ignore[no-untyped-def]
