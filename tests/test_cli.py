@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import jsonschema
+import pytest
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
@@ -68,3 +69,34 @@ def test_check_schemas_summary(tmp_path: Path, bytelevel_tokenizer: Tokenizer) -
     assert (summary["valid_total"], summary["valid_accepted"]) == (1, 1)
     assert (summary["invalid_total"], summary["invalid_rejected"]) == (2, 2)
     assert summary["compile_ms_median"] is not None
+
+
+def test_run_chat_answers_the_same_from_the_stored_prefix(  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch, bytelevel_tokenizer: Tokenizer, bytelevel_vocab, tiny_llama
+) -> None:
+    """`tooldec run --format chat`'s path: the template's tool instructions are stored once, then every round of
+    every later answer starts from them, writing what a run without the store writes."""
+    transformers = pytest.importorskip("transformers")
+    from tooldec.agents.executor import ToolExecutor
+    from tooldec.backends.loader import LoadedModel
+    from tooldec.cli import answer, make_agent
+    from tooldec.decoding import SamplingParams
+    from tooldec.specs import ToolSet
+    from tooldec.toolsets import FUNCQA_FUNCTIONS, funcqa_tools
+
+    monkeypatch.setenv("TOOLDEC_CACHE", str(tmp_path))
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bytelevel_tokenizer)
+    tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
+    lm = LoadedModel(tiny_llama(bytelevel_vocab.size, seed=2), tokenizer, bytelevel_vocab, "tiny", "test", 0.0)
+    tools = ToolSet([t for t in funcqa_tools() if t.name in ("add", "multiply")])
+    executor = ToolExecutor({n: FUNCQA_FUNCTIONS[n] for n in tools.names}, tools)
+    params = SamplingParams(temperature=1.0, seed=0)
+    agent, render = make_agent(lm, executor, "chat", tool_choice="multiply", params=params, max_new_tokens=60)
+    question = "What is 3.14 times 123?"
+    plain, none = answer(agent, render, question, prefix_cache=False)
+    cold, first = answer(agent, render, question)
+    warm, second = answer(agent, render, question)
+    assert none["prefix_tokens"] == 0 and first["prefix_tokens"] == second["prefix_tokens"] > 200
+    assert (first["stored"], second["stored"]) == (False, True)
+    assert plain.calls and plain.calls[0].name == "multiply"
+    assert plain.text == cold.text == warm.text and plain.tokens == cold.tokens == warm.tokens

@@ -173,8 +173,8 @@ def bench(
 
 
 def make_agent(lm: Any, executor: Any, mode: str, *, tool_choice: str = "auto", **common: Any) -> tuple[Any, Any]:
-    """The agent of `tooldec run --format mode`, and the function that renders its prompt of a question (None
-    where the agent cannot start from a stored prompt prefix: chat)."""
+    """The agent of `tooldec run --format mode`, and the function that renders its prompt of a question (the
+    chat agent's first round's prompt: every round starts with the same tool instructions)."""
     if mode == "toolken":
         from tooldec.agents.toolken import ToolkenAgent, toolken_prompt
 
@@ -188,7 +188,8 @@ def make_agent(lm: Any, executor: Any, mode: str, *, tool_choice: str = "auto", 
     if mode == "chat":
         from tooldec.agents.chat import ChatAgent
 
-        return ChatAgent(lm, executor, tool_choice=tool_choice, **common), None
+        chat = ChatAgent(lm, executor, tool_choice=tool_choice, **common)
+        return chat, chat.prompt_text
     raise ValueError(f"unknown format {mode!r}; use toolken, react or chat")
 
 
@@ -201,7 +202,8 @@ def answer(agent: Any, render: Any, question: str, *, prefix_cache: bool = True)
         return agent.run(question), warm
     from tooldec.backends.prefix_store import warm_prefix
 
-    prefix, warm["stored"] = warm_prefix(agent.lm.model, agent.lm.tokenizer.encode, render)
+    encode = getattr(agent, "encode_prompt", agent.lm.tokenizer.encode)  # chat: no special tokens added
+    prefix, warm["stored"] = warm_prefix(agent.lm.model, encode, render)
     warm["prefix_tokens"] = len(prefix.tokens) if prefix else 0
     return agent.run_many([question], prefix=prefix)[0], warm
 

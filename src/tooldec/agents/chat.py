@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from tooldec.agents.result import AgentResult
 from tooldec.backends.loader import LoadedModel
 from tooldec.decoding import CallController, FreeController, SamplingParams
 from tooldec.decoding.decoder import Decoder
+from tooldec.decoding.prefix import PromptPrefix
 from tooldec.grammar.calls import CallParseError, ParsedCall, get_format, with_aliases
 from tooldec.specs import ToolSet
 
@@ -109,6 +111,14 @@ class ChatAgent:
         messages.append({"role": "user", "content": question})
         return messages
 
+    def prompt_text(self, question: str) -> str:
+        """The first round's prompt of `question` as text (every round's prompt starts the same way)."""
+        return self.lm.render_chat(self.messages_for(question), tools=[t.to_openai() for t in self.executor.tools])
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """Token ids of a prompt text as the rounds encode it: the template writes its own special tokens."""
+        return self.lm.encode_rendered(text)
+
     def _controller(self, tools: ToolSet, syntax: ChatSyntax, choice: str) -> CallController:
         grammar = self.lm.compiler.compile(tools, with_aliases(syntax.format, tools))
         return CallController(
@@ -118,8 +128,13 @@ class ChatAgent:
             after_call="text" if syntax.parallel else "stop",
         )
 
-    def run(self, question: str) -> AgentResult:
-        """Chat rounds until the model answers without calling a tool, or `max_rounds`."""
+    def run_many(self, questions: Sequence[str], *, prefix: PromptPrefix | None = None) -> list[AgentResult]:
+        """Answer each question in turn; `prefix` is their prompts' shared start (the template's tool part)."""
+        return [self.run(q, prefix=prefix) for q in questions]
+
+    def run(self, question: str, *, prefix: PromptPrefix | None = None) -> AgentResult:
+        """Chat rounds until the model answers without calling a tool, or `max_rounds`; every round starts from
+        `prefix`'s state where its prompt starts with it."""
         syntax = CHAT_SYNTAXES[self.syntax or detect_syntax(self.lm.tokenizer)]
         messages = self.messages_for(question)
         openai_tools = [t.to_openai() for t in self.executor.tools]
@@ -142,6 +157,7 @@ class ChatAgent:
                 self.params,
                 max_new_tokens=self.max_new_tokens,
                 jump_forward=self.jump_forward,
+                prefix=prefix,
                 explain=self.explain,
             )[0]
             totals.add_cost(gen)

@@ -48,16 +48,27 @@ class LoadedModel:
         """This model's compiler (its prepared vocabulary and grammar cache), made on first use and kept."""
         return Compiler(self.vocab)
 
+    def render_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kwargs: Any
+    ) -> str:
+        """The prompt text of `messages` rendered by the model's chat template (tools included if given)."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ModelLoadError(f"{self.name} has no chat template")
+        text: str = self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
+        )
+        return text
+
+    def encode_rendered(self, text: str) -> list[int]:
+        """Token ids of a rendered chat prompt: the template wrote its special tokens, so none are added."""
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False)
+        return ids
+
     def encode_chat(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kwargs: Any
     ) -> list[int]:
         """Prompt token ids of `messages` rendered by the model's chat template (tools included if given)."""
-        if not getattr(self.tokenizer, "chat_template", None):
-            raise ModelLoadError(f"{self.name} has no chat template")
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
-        )
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        return self.encode_rendered(self.render_chat(messages, tools, **kwargs))
 
 
 def _require_transformers() -> Any:
