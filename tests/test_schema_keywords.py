@@ -522,11 +522,12 @@ def test_required_keys_without_a_property_and_enum_objects_are_written_as_the_gr
 
 
 def test_any_value_nests_deep_within_a_state_budget(bytelevel_vocab: Vocabulary) -> None:
-    """One place holding any value nests 7 containers deep (8 with an empty innermost one), mixing arrays and
-    objects; more places share the budget, down to MIN_ANY_DEPTH; a fixed any_depth still applies."""
+    """One place holding any value nests 9 containers deep (10 with an empty innermost one), mixing arrays and
+    objects; more places share the budget, down to MIN_ANY_DEPTH; a schema that subtracts shares a smaller one
+    (7 deep); a fixed any_depth still applies."""
     from tooldec.grammar.schema import MAX_ANY_DEPTH, MIN_ANY_DEPTH, affordable_any_depth
 
-    assert [affordable_any_depth(n) for n in (1, 2, 4, 8, 100)] == [MAX_ANY_DEPTH, 6, 5, 4, MIN_ANY_DEPTH]
+    assert [affordable_any_depth(n) for n in (1, 2, 4, 8, 16, 32, 100)] == [MAX_ANY_DEPTH, 8, 7, 6, 5, 4, MIN_ANY_DEPTH]
 
     def nest(depth: int, inner: Any = (1, "x")) -> Any:
         value: Any = list(inner)
@@ -536,15 +537,19 @@ def test_any_value_nests_deep_within_a_state_budget(bytelevel_vocab: Vocabulary)
 
     schema = {"type": "object", "properties": {"id": {"type": "integer"}}, "additionalProperties": True}
     dfa = _dfa(schema)
-    assert dfa.accepts(json.dumps({"id": 1, "extra": nest(7)}).encode())
-    assert dfa.accepts(json.dumps({"id": 1, "extra": nest(8, inner=[])}).encode())  # an empty eighth level
-    assert not dfa.accepts(json.dumps({"id": 1, "extra": nest(8)}).encode())
-    assert not _dfa(schema | {"properties": {f"p{i}": {} for i in range(9)}}).accepts(
+    assert dfa.accepts(json.dumps({"id": 1, "extra": nest(9)}).encode())
+    assert dfa.accepts(json.dumps({"id": 1, "extra": nest(10, inner=[])}).encode())  # an empty tenth level
+    assert not dfa.accepts(json.dumps({"id": 1, "extra": nest(10)}).encode())
+    assert not _dfa(schema | {"properties": {f"p{i}": {} for i in range(40)}}).accepts(
         json.dumps({"p0": nest(5)}).encode()
     )
+    # a schema that subtracts keeps the smaller budget: its differences follow nesting as deep
+    subtracting = _dfa(schema | {"not": {"required": ["body", "bodyValue"]}})
+    assert subtracting.accepts(json.dumps({"extra": nest(7)}).encode())
+    assert not subtracting.accepts(json.dumps({"extra": nest(8)}).encode())
     fixed = compile_dfa(SchemaCompiler(schema, any_depth=2).value())
     assert fixed.accepts(json.dumps({"extra": nest(2)}).encode()) and not fixed.accepts(json.dumps({"extra": nest(3)}).encode())
-    assert feed(Compiler(bytelevel_vocab).compile_schema(schema).guide(), bytelevel_vocab.encode(json.dumps({"extra": nest(7)})))
+    assert feed(Compiler(bytelevel_vocab).compile_schema(schema).guide(), bytelevel_vocab.encode(json.dumps({"extra": nest(9)})))
 
 
 def test_strict_objects_are_not_closed_on_the_subtracted_side() -> None:

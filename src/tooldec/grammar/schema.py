@@ -59,11 +59,14 @@ DEFAULT_REF_DEPTH = 3
 # Any value (`true`, `{}`, additionalProperties absent or true, arrays without items) nests MIN_ANY_DEPTH to
 # MAX_ANY_DEPTH containers deep. An automaton must remember, per open container, whether it is an array or an
 # object, so each place holding any value costs about ANY_LEVEL_STATES * 2**(depth + 1) states: a schema's places
-# share ANY_VALUE_BUDGET states, and the depth is the largest that fits (at least MIN_ANY_DEPTH).
+# share ANY_VALUE_BUDGET states, and the depth is the largest that fits (at least MIN_ANY_DEPTH). A schema that
+# subtracts (`not`, `oneOf` exclusivity, `contains`) takes the difference of such automata with scanners that
+# follow nesting as deep: it shares SUBTRACTING_BUDGET (`not: {required: [a, b]}` passes 500,000 DFA states at 9).
 MIN_ANY_DEPTH = 3
-MAX_ANY_DEPTH = 7
+MAX_ANY_DEPTH = 9
 ANY_LEVEL_STATES = 77
-ANY_VALUE_BUDGET = 20_000
+ANY_VALUE_BUDGET = 80_000
+SUBTRACTING_BUDGET = 20_000
 MAX_KEY_REGIONS = 64  # patternProperties: key regions (sets of patterns matching together) at most
 MAX_DEPENDENCIES = 8  # dependencies split an object into up to 2**8 cases
 MAX_TRACKED_KEYS = 6  # on a difference's right side, objects in any key order track this many required keys
@@ -153,6 +156,7 @@ class SchemaCompiler:
         # the depth of any value in the build under way, and how many places it has been compiled into
         self._any_depth = MIN_ANY_DEPTH if any_depth is None else any_depth
         self._any_places = 0
+        self._subtracts = False  # whether the build under way takes a difference of languages
 
     # -- errors -----------------------------------------------------------------------------------------
     def _unsupported(self, keyword: str, path: str, detail: str = "") -> UnsupportedSchemaError:
@@ -172,9 +176,9 @@ class SchemaCompiler:
         if self.any_depth is not None:
             return self._compile(target, path)
         deepest = self._deepest
-        self._any_depth, self._any_places = MIN_ANY_DEPTH, 0
+        self._any_depth, self._any_places, self._subtracts = MIN_ANY_DEPTH, 0, False
         node = self._compile(target, path)
-        depth = affordable_any_depth(self._any_places)
+        depth = affordable_any_depth(self._any_places, SUBTRACTING_BUDGET if self._subtracts else ANY_VALUE_BUDGET)
         if depth > MIN_ANY_DEPTH:
             self._deepest, self._any_depth = deepest, depth
             node = self._compile(target, path)
@@ -199,6 +203,7 @@ class SchemaCompiler:
 
     def _minus(self, left: Node, right: Node) -> Node:
         """`left` minus an already compiled right side of the other polarity (see `_difference`)."""
+        self._subtracts = True
         if self._negative:
             return Difference(left, right)
         return Difference(Intersect((left, canonical_text())), right)
@@ -1019,10 +1024,10 @@ class SchemaCompiler:
         return alt(*scalars, array, obj)
 
 
-def affordable_any_depth(places: int) -> int:
-    """The deepest any value that `places` copies of can nest within ANY_VALUE_BUDGET states (see MIN_ANY_DEPTH)."""
+def affordable_any_depth(places: int, budget: int = ANY_VALUE_BUDGET) -> int:
+    """The deepest any value that `places` copies of can nest within `budget` states (see MIN_ANY_DEPTH)."""
     depth = MIN_ANY_DEPTH
-    while depth < MAX_ANY_DEPTH and max(places, 1) * ANY_LEVEL_STATES * 2 ** (depth + 2) <= ANY_VALUE_BUDGET:
+    while depth < MAX_ANY_DEPTH and max(places, 1) * ANY_LEVEL_STATES * 2 ** (depth + 2) <= budget:
         depth += 1
     return depth
 
