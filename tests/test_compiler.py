@@ -104,3 +104,31 @@ def test_product_cache_builds_each_product_once_and_stays_bounded(monkeypatch) -
     for word in ("p", "q", "r"):
         compile_module.compile_dfa(Intersect((lit(word), alt(lit(word), lit("z")))), cache)
     assert len(cache) == 2 and len(built) == 4
+
+
+def test_tool_automata_built_in_parallel_are_the_sequential_ones(bytelevel_vocab) -> None:
+    import numpy as np
+
+    from tooldec.bench.workloads import synthetic_tools
+    from tooldec.compiler import Compiler
+
+    tools = list(synthetic_tools(40, seed=7))
+    one = Compiler(bytelevel_vocab, threads=1).compile(tools, use_cache=False).dfa
+    two = Compiler(bytelevel_vocab, threads=2).compile(tools, use_cache=False).dfa
+    assert one.start == two.start
+    for a, b in ((one.trans, two.trans), (one.classes, two.classes), (one.accepting, two.accepting)):
+        assert np.array_equal(a, b)
+
+
+def test_a_tool_past_the_automaton_bounds_is_refused_on_any_thread(bytelevel_vocab, monkeypatch) -> None:
+    import pytest
+
+    from tooldec.automaton import compile as compile_module
+    from tooldec.bench.workloads import synthetic_tools
+    from tooldec.compiler import Compiler
+    from tooldec.errors import UnsupportedSchemaError
+
+    monkeypatch.setattr(compile_module, "MAX_DFA_STATES", 8)
+    for threads in (1, 2):
+        with pytest.raises(UnsupportedSchemaError, match="8 DFA states"):
+            Compiler(bytelevel_vocab, threads=threads).compile(list(synthetic_tools(20, seed=3)), use_cache=False)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tooldec.automaton.compile import ProductCache, compile_dfa
+from tooldec.automaton.compile import ProductCache, compile_dfa, compile_dfas
 from tooldec.automaton.dfa import DEAD, DFA, union_dfas
 from tooldec.automaton.forced import ForcedText
 from tooldec.errors import EmptyGrammarError
@@ -54,6 +55,12 @@ TOOL_CACHE_SIZE = 4096
 UNION_CACHE_SIZE = 4
 """Tool-set automata a Compiler keeps by their tools, so that a set growing by a few tools is the union of the
 last one with the new tools' automata: joining 201 automata took 21 ms at 200 tools, joining 2 takes a few."""
+COMPILE_THREADS = 4
+"""Threads at most that build a tool set's per-tool automata (the core's part of a cold compile)."""
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class Compiler:
@@ -70,12 +77,15 @@ class Compiler:
         *,
         max_ref_depth: int = DEFAULT_REF_DEPTH,
         cache_size: int = CACHE_SIZE,
+        threads: int | None = None,
     ) -> None:
-        """Take a prepared vocabulary (share one per model) or prepare a bare Vocabulary here."""
+        """Take a prepared vocabulary (share one per model) or prepare a bare Vocabulary here. `threads` build
+        the automata of a tool set's tools in parallel (default: this process's cores, at most COMPILE_THREADS)."""
         self.prepared = vocab if isinstance(vocab, PreparedVocab) else PreparedVocab(vocab)
         self.vocab = self.prepared.vocab
         self.max_ref_depth = max_ref_depth
         self.cache_size = cache_size
+        self.threads = threads or min(COMPILE_THREADS, _cores())
         self._cache: OrderedDict[str, CompiledGrammar] = OrderedDict()
         self._tools: OrderedDict[str, DFA] = OrderedDict()
         self._unions: OrderedDict[frozenset[str], DFA] = OrderedDict()
@@ -164,7 +174,7 @@ class Compiler:
                         base, parts = have, [dfa]
                 if base:
                     self._unions.move_to_end(base)
-        parts += [self._tool_dfa(t, key, fmt, products, use_cache) for t, key in zip(toolset, keys) if key not in base]
+        parts += self._tool_dfas([(t, key) for t, key in zip(toolset, keys) if key not in base], fmt, products, use_cache)
         dfa = union_dfas(parts)
         if use_cache:
             with self._lock:
@@ -174,24 +184,33 @@ class Compiler:
                     self._unions.popitem(last=False)
         return dfa
 
-    def _tool_dfa(self, tool: ToolSpec, key: str, fmt: CallFormat, products: ProductCache, use_cache: bool) -> DFA:
-        """The automaton of one call of `tool` in `fmt` (`key`: format, options and spec), kept per tool so that
-        a changed tool set recompiles only its new tools (the last TOOL_CACHE_SIZE are kept)."""
+    def _tool_dfas(
+        self, tools: list[tuple[ToolSpec, str]], fmt: CallFormat, products: ProductCache, use_cache: bool
+    ) -> list[DFA]:
+        """The automaton of one call of each tool in `fmt` (`key`: format, options and spec), kept per tool so that
+        a changed tool set recompiles only its new tools (the last TOOL_CACHE_SIZE are kept). The missing ones
+        are built together, on `self.threads` threads."""
+        found: dict[str, DFA] = {}
         if use_cache:
             with self._lock:
-                got = self._tools.get(key)
-                if got is not None:
-                    self._tools.move_to_end(key)
-                    return got
-        dfa = compile_dfa(tools_grammar([tool], fmt, max_ref_depth=self.max_ref_depth), products)
-        if dfa.start == DEAD:
-            raise EmptyGrammarError("no call of this tool can be valid", tool=tool.name, path="#/parameters")
-        if use_cache:
+                for _, key in tools:
+                    got = self._tools.get(key)
+                    if got is not None:
+                        self._tools.move_to_end(key)
+                        found[key] = got
+        missing = [(tool, key) for tool, key in tools if key not in found]
+        grammars = [tools_grammar([tool], fmt, max_ref_depth=self.max_ref_depth) for tool, _ in missing]
+        for (tool, key), dfa in zip(missing, compile_dfas(grammars, products, threads=self.threads), strict=True):
+            if dfa.start == DEAD:
+                raise EmptyGrammarError("no call of this tool can be valid", tool=tool.name, path="#/parameters")
+            found[key] = dfa
+        if use_cache and missing:
             with self._lock:
-                self._tools[key] = dfa
+                for _, key in missing:
+                    self._tools[key] = found[key]
                 while len(self._tools) > TOOL_CACHE_SIZE:
                     self._tools.popitem(last=False)
-        return dfa
+        return [found[key] for _, key in tools]
 
     def compile_schema(
         self, schema: Any, *, additional_properties: bool = True, use_cache: bool = True

@@ -262,8 +262,11 @@ py::tuple to_python(const Dfa& d) {
   return py::make_tuple(trans, classes, acc, d.start);
 }
 
+// Whether this thread holds the GIL through a long build, so that a pending signal (a time limit) can stop it.
+thread_local bool t_check_signals = true;
+
 void check_signals(size_t& tick) {
-  if ((++tick & 1023) == 0 && PyErr_CheckSignals() != 0) throw py::error_already_set();
+  if ((++tick & 1023) == 0 && t_check_signals && PyErr_CheckSignals() != 0) throw py::error_already_set();
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -439,10 +442,18 @@ std::vector<Mask> read_masks(const carray<uint8_t>& masks) {
 // Every use of a node builds fresh states. Invariant of build(node, start): it may add edges out of `start`,
 // never into it, so alternatives share their entry and every loop gets a fresh state.
 
+// A DFA the Python layer built (a product), read in place by the Thompson construction that embeds it.
+struct Embedded {
+  const int32_t* trans;
+  const uint8_t* classes;
+  const bool* accepting;
+  int32_t start, n, nc;
+};
+
 class Thompson {
  public:
-  Thompson(const int32_t* code, const int64_t* ptr, int64_t n_nodes, std::vector<Mask> masks, py::list dfas,
-           int64_t max_states)
+  Thompson(const int32_t* code, const int64_t* ptr, int64_t n_nodes, std::vector<Mask> masks,
+           const std::vector<Embedded>& dfas, int64_t max_states)
       : code_(code), ptr_(ptr), n_nodes_(n_nodes), masks_(std::move(masks)), dfas_(std::move(dfas)),
         max_states_(max_states) {
     for (size_t i = 0; i < masks_.size(); ++i) mask_ids_.emplace(masks_[i], static_cast<int32_t>(i));
@@ -486,7 +497,8 @@ class Thompson {
       case 4:
         return fields(r, start);
       case 5:
-        return embed(dfas_[static_cast<size_t>(r[1])].cast<py::tuple>(), start);
+        if (r[1] < 0 || static_cast<size_t>(r[1]) >= dfas_.size()) throw std::invalid_argument("no such embedded DFA");
+        return embed(dfas_[static_cast<size_t>(r[1])], start);
       default:
         throw std::invalid_argument("not a grammar node code: " + std::to_string(r[0]));
     }
@@ -590,24 +602,21 @@ class Thompson {
     return mask_ids_.emplace(m, static_cast<int32_t>(masks_.size() - 1)).first->second;
   }
 
-  // A DFA (trans, classes, accepting, start) copied in as a fragment entered from `start`.
-  int32_t embed(const py::tuple& dfa, int32_t start) {
-    auto trans = dfa[0].cast<carray<int32_t>>();
-    auto classes = dfa[1].cast<carray<uint8_t>>();
-    auto accepting = dfa[2].cast<carray<bool>>();
-    const int32_t dstart = dfa[3].cast<int32_t>();
+  // A DFA copied in as a fragment entered from `start`.
+  int32_t embed(const Embedded& dfa, int32_t start) {
+    const int32_t dstart = dfa.start;
     const int32_t end = new_state();
     if (dstart == DEAD) return end;
-    const int32_t n = static_cast<int32_t>(trans.shape(0)), nc = static_cast<int32_t>(trans.shape(1));
+    const int32_t n = dfa.n, nc = dfa.nc;
     std::vector<Mask> class_mask(nc, Mask{0, 0, 0, 0});
-    for (int b = 0; b < 256; ++b) class_mask[classes.data()[b]][b >> 6] |= 1ULL << (b & 63);
+    for (int b = 0; b < 256; ++b) class_mask[dfa.classes[b]][b >> 6] |= 1ULL << (b & 63);
     std::vector<int32_t> states(n, 0);
     for (int32_t s = 1; s < n; ++s) states[s] = new_state();
     eps(start, states[dstart]);
     std::vector<std::pair<int32_t, Mask>> by_target;
     for (int32_t s = 1; s < n; ++s) {
       by_target.clear();
-      const int32_t* row = trans.data() + static_cast<size_t>(s) * nc;
+      const int32_t* row = dfa.trans + static_cast<size_t>(s) * nc;
       for (int32_t c = 0; c < nc; ++c) {
         if (row[c] == DEAD) continue;
         auto it = std::find_if(by_target.begin(), by_target.end(), [&](auto& p) { return p.first == row[c]; });
@@ -618,7 +627,7 @@ class Thompson {
         }
       }
       for (auto& [t, m] : by_target) edge(states[s], mask_id(m), states[t]);
-      if (accepting.data()[s]) eps(states[s], end);
+      if (dfa.accepting[s]) eps(states[s], end);
     }
     return end;
   }
@@ -628,7 +637,7 @@ class Thompson {
   int64_t n_nodes_;
   std::vector<Mask> masks_;
   std::unordered_map<Mask, int32_t, MaskHash> mask_ids_;
-  py::list dfas_;
+  const std::vector<Embedded>& dfas_;
   int64_t max_states_;
   size_t tick_ = 0;
   int64_t n_states_ = 0;
@@ -639,15 +648,86 @@ class Thompson {
   void eps(int32_t from, int32_t to) { eps_.emplace_back(from, to); }
 };
 
-// IR node table -> NFA (Thompson) -> pruned DFA, as (trans, classes, accepting, start).
-py::tuple compile_ir(carray<int32_t> code, carray<int64_t> ptr, carray<uint8_t> masks, py::list dfas, int32_t root,
-                     int64_t max_nfa_states, int64_t max_dfa_states) {
-  const int64_t n_nodes = ptr.shape(0) - 1;
-  if (root < 0 || root >= n_nodes) throw std::invalid_argument("the root is not a node of the table");
-  Thompson t(code.data(), ptr.data(), n_nodes, read_masks(masks), std::move(dfas), max_nfa_states);
-  const int32_t start = t.new_state();
-  const int32_t accept = t.build(root, start);
-  return to_python(t.determinize(start, accept, max_dfa_states));
+// IR node tables -> NFA (Thompson) -> pruned DFA each, as (trans, classes, accepting, start), or the message of
+// an automaton past its bounds (a str). Each table is (code, ptr, masks, embedded dfas, root). With more than
+// one thread the tables are built in parallel without the GIL (a signal is then seen only when all are done).
+py::list compile_irs(py::list tables, int64_t max_nfa_states, int64_t max_dfa_states, int threads) {
+  struct Job {
+    carray<int32_t> code;
+    carray<int64_t> ptr;
+    std::vector<Mask> masks;
+    std::vector<carray<int32_t>> keep_trans;  // the embedded DFAs' arrays, alive for the call
+    std::vector<carray<uint8_t>> keep_classes;
+    std::vector<carray<bool>> keep_accepting;
+    std::vector<Embedded> dfas;
+    int32_t root;
+    Dfa out;
+    std::string too_large;
+  };
+  std::vector<Job> jobs;
+  jobs.reserve(tables.size());
+  for (py::handle h : tables) {
+    auto t = h.cast<py::tuple>();
+    Job j{t[0].cast<carray<int32_t>>(), t[1].cast<carray<int64_t>>(), read_masks(t[2].cast<carray<uint8_t>>()),
+          {}, {}, {}, {}, t[4].cast<int32_t>(), {}, {}};
+    for (py::handle e : t[3].cast<py::list>()) {
+      auto d = e.cast<py::tuple>();
+      j.keep_trans.push_back(d[0].cast<carray<int32_t>>());
+      j.keep_classes.push_back(d[1].cast<carray<uint8_t>>());
+      j.keep_accepting.push_back(d[2].cast<carray<bool>>());
+      const auto& tr = j.keep_trans.back();
+      if (tr.ndim() != 2 || j.keep_classes.back().size() != 256 || j.keep_accepting.back().size() != tr.shape(0))
+        throw std::invalid_argument("an embedded DFA is not (trans[n, classes], classes[256], accepting[n], start)");
+      j.dfas.push_back(Embedded{tr.data(), j.keep_classes.back().data(), j.keep_accepting.back().data(),
+                                d[3].cast<int32_t>(), static_cast<int32_t>(tr.shape(0)), static_cast<int32_t>(tr.shape(1))});
+    }
+    if (j.root < 0 || j.root >= j.ptr.shape(0) - 1) throw std::invalid_argument("the root is not a node of the table");
+    jobs.push_back(std::move(j));
+  }
+  auto build = [&](Job& j) {
+    try {
+      Thompson t(j.code.data(), j.ptr.data(), j.ptr.shape(0) - 1, j.masks, j.dfas, max_nfa_states);
+      const int32_t start = t.new_state();
+      const int32_t accept = t.build(j.root, start);
+      j.out = t.determinize(start, accept, max_dfa_states);
+    } catch (const SchemaTooLarge& e) {
+      j.too_large = e.what();
+    }
+  };
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(jobs.size() / 8)));  // a thread for 8 tables at least
+  if (threads == 1) {
+    for (Job& j : jobs) build(j);
+  } else {
+    std::atomic<size_t> next{0};
+    std::vector<std::exception_ptr> failed(threads);
+    {
+      py::gil_scoped_release release;
+      auto work = [&](int w) {
+        t_check_signals = false;
+        try {
+          for (size_t i = next++; i < jobs.size(); i = next++) build(jobs[i]);
+        } catch (...) {
+          failed[w] = std::current_exception();
+          next = jobs.size();
+        }
+        t_check_signals = true;
+      };
+      std::vector<std::thread> pool;
+      for (int w = 1; w < threads; ++w) pool.emplace_back(work, w);
+      work(0);
+      for (auto& th : pool) th.join();
+    }
+    for (auto& f : failed)
+      if (f) std::rethrow_exception(f);
+  }
+  py::list out;
+  for (Job& j : jobs) {
+    if (j.too_large.empty())
+      out.append(to_python(j.out));
+    else
+      out.append(py::str(j.too_large));
+  }
+  return out;
 }
 
 // Product of two DFAs (intersection, or difference a \ b), by breadth-first search over state pairs.
@@ -1449,9 +1529,9 @@ void apply_bitmask_f32(uintptr_t logits_ptr, int64_t rows, int64_t vocab, int64_
 PYBIND11_MODULE(_core, m) {
   m.doc() = "tooldec's compiled core: grammar IR to DFA, products, the token index and batch mask operations.";
   py::register_exception<SchemaTooLarge>(m, "AutomatonTooLarge", PyExc_ValueError);
-  m.def("compile_ir", &compile_ir, "A grammar IR node table to a pruned DFA (Thompson NFA, subset construction).",
-        py::arg("code"), py::arg("ptr"), py::arg("masks"), py::arg("dfas"), py::arg("root"),
-        py::arg("max_nfa_states"), py::arg("max_dfa_states"));
+  m.def("compile_irs", &compile_irs,
+        "Grammar IR node tables to pruned DFAs (Thompson NFA, subset construction), on up to `threads` threads.",
+        py::arg("tables"), py::arg("max_nfa_states"), py::arg("max_dfa_states"), py::arg("threads") = 1);
   m.def("product", &product, "Intersection or difference of two DFAs, pruned.", py::arg("a_trans"),
         py::arg("a_classes"), py::arg("a_accepting"), py::arg("a_start"), py::arg("b_trans"), py::arg("b_classes"),
         py::arg("b_accepting"), py::arg("b_start"), py::arg("difference"), py::arg("max_states"));

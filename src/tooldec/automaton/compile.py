@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -128,12 +129,20 @@ def compile_dfa(node: Node, products: ProductCache | None = None) -> DFA:
 
     Raises UnsupportedSchemaError past MAX_NFA_STATES or MAX_DFA_STATES; a pending signal (a time limit)
     interrupts the core."""
-    table = _Table(products)
-    root = table.add(node)
-    try:
-        return from_core(_core.compile_ir(
-            np.array(table.code, dtype=np.int32), np.array(table.ptr, dtype=np.int64), table.mask_rows(),
-            table.dfas, root, MAX_NFA_STATES, MAX_DFA_STATES,
-        ))
-    except _core.AutomatonTooLarge as exc:
-        raise UnsupportedSchemaError("size", detail=str(exc)) from None
+    return compile_dfas([node], products)[0]
+
+
+def compile_dfas(nodes: Sequence[Node], products: ProductCache | None = None, threads: int = 1) -> list[DFA]:
+    """`compile_dfa` of each node; the core builds them on up to `threads` threads (then without seeing a
+    signal until all are built). Raises UnsupportedSchemaError for the first node past the bounds."""
+    tables = []
+    for node in nodes:
+        table = _Table(products)
+        root = table.add(node)
+        code, ptr = np.array(table.code, dtype=np.int32), np.array(table.ptr, dtype=np.int64)
+        tables.append((code, ptr, table.mask_rows(), table.dfas, root))
+    built = _core.compile_irs(tables, MAX_NFA_STATES, MAX_DFA_STATES, threads)  # past the bounds: a message
+    for got in built:
+        if isinstance(got, str):
+            raise UnsupportedSchemaError("size", detail=got)
+    return [from_core(got) for got in built]
