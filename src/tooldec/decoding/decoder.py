@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from tooldec.decoding.controller import CallEvent, Policy, fill_bitmasks
-from tooldec.decoding.kv_cache import GrowingCache
+from tooldec.decoding.kv_cache import GrowingCache, cache_keyword, returned_cache
 from tooldec.decoding.prefix import PromptPrefix
 from tooldec.decoding.sampling import SamplingParams, apply_token_bitmask_inplace, sample_token
 from tooldec.vocab import Vocabulary
@@ -67,6 +67,7 @@ class Decoder:
         self.vocab = vocab
         self.pad_id = pad_id if pad_id is not None else min(vocab.eos_ids)
         self.device = next(model.parameters()).device
+        self._cache_keyword = cache_keyword(model)
 
     @torch.inference_mode()
     def generate(
@@ -173,11 +174,11 @@ class Decoder:
             input_ids=ids.to(self.device),
             attention_mask=attention.to(self.device),
             position_ids=positions.to(self.device),
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self._cache_keyword: cache},
         )
-        return out.logits[:, -1, :].float().cpu(), attention, out.past_key_values
+        return out.logits[:, -1, :].float().cpu(), attention, returned_cache(out)
 
     def _finish(self, ctrl: Controller, gen: Generation) -> None:
         """Copy a finished row's tokens, text and calls from its controller into its Generation."""

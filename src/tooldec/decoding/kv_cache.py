@@ -7,6 +7,7 @@ on a CPU. Appending into spare room makes a step's cache cost proportional to th
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,22 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 MIN_CAPACITY = 64
+
+
+def cache_keyword(model: Any) -> str:
+    """The keyword a model's forward takes its KV cache by: `cache` where transformers renamed it (5.x deprecates
+    `past_key_values`, removed in 5.40), else `past_key_values` (older transformers, the llama.cpp backend)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def returned_cache(out: Any) -> Any:
+    """The KV cache a forward returned, under either name (see `cache_keyword`)."""
+    got = getattr(out, "cache", None)
+    return got if got is not None else out.past_key_values
 
 
 class GrowingLayer(DynamicLayer):

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from tooldec.decoding.kv_cache import GrowingCache
+from tooldec.decoding.kv_cache import GrowingCache, returned_cache
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class PromptPrefix:
             raise ValueError("a prompt prefix needs at least one token")
         device = next(model.parameters()).device
         out = model(input_ids=torch.tensor([list(tokens)], device=device), use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+        cache = returned_cache(out)
         layers = tuple((layer.keys, layer.values) for layer in cache.layers)
         return cls(tuple(tokens), layers)
 
