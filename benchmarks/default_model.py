@@ -3,9 +3,10 @@
 Four parts, the first three through the code path of `tooldec run` (cli.make_agent and cli.answer: the same agents,
 prompts and stored prompt prefix):
 
-1. cold/warm: the README command `tooldec run "What is 3.14 times 123?"` as its own process, first with this
-   prompt's stored prefix deleted (the model already fetched and converted), then again; wall seconds of each,
-   `--pairs` times back to back.
+1. cold/warm: the README command `tooldec run "What is 3.14 times 123?" --backend B` as its own process, first
+   with this prompt's stored prefix deleted (the model already fetched and converted), then again; wall and CPU
+   seconds of each, where they went (start-up and imports, the load stage, the answer stage) and the answer's
+   tokens/s, `--pairs` times back to back for each of `--backends`.
 2. FuncQA: the first `--funcqa` one-hop questions with the FuncQA math tools (toolken format, as `tooldec run`
    without `--tools`); right when within 0.1% of the gold answer (ToolkenGPT's tolerance).
 3. everyday: 10 questions on weather, currency and units with `--tools examples/everyday_tools.py` (ReAct, as
@@ -17,8 +18,8 @@ Seconds per question are the agent's whole answer (prefill of the question, deco
 loaded once. The machine's 1-minute load average is recorded beside each part: on a shared machine every
 figure is inflated by the other work.
 
-    nice python benchmarks/default_model.py [--model NAME] [--funcqa 30] [--pairs 2] [--everyday 10] [--formats react,chat]
-        [--speed] [--shared ../shared] [--out benchmarks/results] [--stem NAME] [--keep]
+    nice python benchmarks/default_model.py [--model NAME] [--funcqa 30] [--pairs 2] [--backends transformers,llamacpp]
+        [--everyday 10] [--formats react,chat] [--speed] [--shared ../shared] [--out benchmarks/results] [--stem NAME] [--keep]
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -38,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from tooldec.agents.executor import load_executor
 from tooldec.backends import DEFAULT_MODEL, load_model
 from tooldec.backends.loader import idle_cores
-from tooldec.backends.prefix_store import PrefixStore, stable_prefix
+from tooldec.backends.prefix_store import PrefixStore, prefix_kind, stable_prefix
 from tooldec.backends.progress import quiet_libraries
 from tooldec.cli import answer, make_agent
 from tooldec.decoding import SamplingParams
@@ -112,30 +114,61 @@ def everyday_right(answer_text: str | None, gold: Any) -> bool:
     )
 
 
-def cold_warm(model: str, store: PrefixStore, lm: Any, pairs: int) -> list[dict[str, Any]]:
-    """Wall seconds of the README command in its own process with this prompt's stored prefix deleted, then kept."""
-    executor = load_executor(None)
-    _, render = make_agent(lm, executor, "toolken")
-    path = store.path(store.key(lm.model, stable_prefix(lm.tokenizer.encode, render)))
-    cmd = [sys.executable, "-m", "tooldec", "run", README_QUESTION, "--json", "--model", model]
+STAGE = re.compile(r"^  (\w+)\s.* (\d+\.\d) s$")
+
+
+def run_once(cmd: list[str]) -> dict[str, Any]:
+    """One `tooldec run` process: wall and CPU seconds, each stage's seconds (from its stderr lines), the answer and
+    its tokens/s (tokens written over the answer's decoding seconds, the question's prefill included)."""
+    load = load_average()
+    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr[-2000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    stages = {m[1]: float(m[2]) for line in done.stderr.splitlines() if (m := STAGE.match(line))}
+    return {
+        "seconds": round(seconds, 1),
+        "cpu_seconds": round(after.ru_utime + after.ru_stime - cpu.ru_utime - cpu.ru_stime, 1),
+        "load": load,
+        "load_after": load_average(),
+        "stages": stages,
+        "startup_seconds": round(seconds - sum(stages.values()), 1),
+        "answer": out["answer"],
+        "stored_prefix": out["warm_start"]["stored"],
+        "prefix_tokens": out["warm_start"]["prefix_tokens"],
+        "tokens": out["tokens"],
+        "decode_seconds": out["seconds"],
+        "tokens_per_s": round(out["tokens"] / out["seconds"], 2) if out["seconds"] else None,
+    }
+
+
+def cold_warm(model: str, lm: Any, pairs: int, backends: list[str]) -> list[dict[str, Any]]:
+    """The README command in its own process with this prompt's stored prefix deleted, then kept, for each backend
+    in turn, `pairs` times."""
+    from tooldec.backends.llamacpp import load_llamacpp
+
+    store = PrefixStore()
+    paths = {}
+    for backend in backends:
+        loaded = lm if backend == "transformers" else load_llamacpp(model)
+        _, render = make_agent(loaded, load_executor(None), "toolken")
+        kind = prefix_kind(loaded.model)
+        paths[backend] = store.path(store.key(kind, stable_prefix(loaded.tokenizer.encode, render)))
+        del loaded, kind
     rows = []
     for _ in range(pairs):
-        path.unlink(missing_ok=True)
-        row: dict[str, Any] = {}
-        for label in ("cold", "warm"):
-            load = load_average()
-            start = time.perf_counter()
-            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            seconds = time.perf_counter() - start
-            out = json.loads(done.stdout.strip().splitlines()[-1])
-            row[label] = {
-                "seconds": round(seconds, 1),
-                "load": load,
-                "answer": out["answer"],
-                "stored_prefix": out["warm_start"]["stored"],
-            }
-            print(label, row[label], flush=True)
-        rows.append(row)
+        for backend in backends:
+            cmd = [sys.executable, "-m", "tooldec", "run", README_QUESTION, "--json", "--model", model]
+            paths[backend].unlink(missing_ok=True)
+            row: dict[str, Any] = {"backend": backend}
+            for label in ("cold", "warm"):
+                row[label] = run_once([*cmd, "--backend", backend])
+                print(backend, label, row[label], flush=True)
+            rows.append(row)
     return rows
 
 
@@ -244,15 +277,37 @@ def markdown(doc: dict[str, Any]) -> str:
     if doc["cold_warm"]:
         lines += [
             "",
-            "| README command | empty prefix cache (s) | stored prefix (s) | warm / cold | load average |",
-            "|---|---:|---:|---:|---|",
+            (
+                "| README command | backend | empty prefix cache (s) | stored prefix (s) | warm / cold "
+                "| CPU s cold, warm | load average |"
+            ),
+            "|---|---|---:|---:|---:|---|---|",
         ]
         for i, row in enumerate(doc["cold_warm"], start=1):
             cold, warm = row["cold"], row["warm"]
             lines.append(
-                f"| run pair {i} | {cold['seconds']} | {warm['seconds']} | "
-                f"{warm['seconds'] / cold['seconds']:.2f} | {cold['load']}, {warm['load']} |"
+                f"| run pair {i} | {row.get('backend', 'transformers')} | {cold['seconds']} | {warm['seconds']} | "
+                f"{warm['seconds'] / cold['seconds']:.2f} | {cold.get('cpu_seconds', '')}, {warm.get('cpu_seconds', '')} "
+                f"| {cold['load']}, {warm['load']} |"
             )
+        lines += [
+            "",
+            (
+                "| run | backend | wall s | start-up and imports s | load stage s | answer stage s | prefix tokens "
+                "| answer tokens | answer tokens/s | load average |"
+            ),
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        for i, row in enumerate(doc["cold_warm"], start=1):
+            for label in ("cold", "warm"):
+                r = row[label]
+                if "stages" not in r:
+                    continue
+                lines.append(
+                    f"| {i} {label} | {row['backend']} | {r['seconds']} | {r['startup_seconds']} | "
+                    f"{r['stages'].get('load', '')} | {r['stages'].get('answer', '')} | {r['prefix_tokens']} | "
+                    f"{r['tokens']} | {r['tokens_per_s']} | {r['load']}, {r['load_after']} |"
+                )
     if doc.get("speed"):
         lines += [
             "",
@@ -300,6 +355,9 @@ def main() -> None:
     parser.add_argument(
         "--pairs", type=int, default=2, help="cold/warm pairs of the README command (0: none)"
     )
+    parser.add_argument(
+        "--backends", default="transformers", help="backends of the cold/warm pairs (transformers, llamacpp)"
+    )
     parser.add_argument("--everyday", type=int, default=len(EVERYDAY), help="first N everyday questions")
     parser.add_argument("--formats", default="react", help="formats for the everyday questions (react, chat)")
     parser.add_argument("--shared", default=os.environ.get("TOOLDEC_SHARED", str(ROOT.parent / "shared")))
@@ -329,7 +387,8 @@ def main() -> None:
         doc["speed"] = backend_speed(args.model, threads)
         save(doc, args.out, args.stem)
     if args.pairs:
-        doc["cold_warm"] = cold_warm(args.model, PrefixStore(), lm, args.pairs)
+        backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+        doc["cold_warm"] = cold_warm(args.model, lm, args.pairs, backends)
         save(doc, args.out, args.stem)
     if args.funcqa:
         data = datasets.load_funcqa("oh", args.shared)

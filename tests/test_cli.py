@@ -1,4 +1,5 @@
-"""The `tooldec sample` and `tooldec check-schemas` commands, on a tokenizer saved from a fixture."""
+"""The `tooldec sample` and `tooldec check-schemas` commands, on a tokenizer saved from a fixture; the warm start
+of `tooldec run --format chat` on a tiny model."""
 
 from __future__ import annotations
 
