@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -86,10 +87,11 @@ def quiet_libraries() -> Iterator[None]:
         restore.callback(tf_logging.set_verbosity, tf_logging.get_verbosity())
         tf_logging.set_verbosity_error()
         tf_logging.disable_progress_bar()
+        gguf_utils: Any = None
         try:  # the GGUF reader draws its own tqdm bar, whatever transformers' setting
             import transformers.modeling_gguf_pytorch_utils as gguf_utils
         except ImportError:
-            gguf_utils = None
+            pass
         if gguf_utils is not None and hasattr(gguf_utils, "tqdm"):
             restore.callback(setattr, gguf_utils, "tqdm", gguf_utils.tqdm)
             gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
