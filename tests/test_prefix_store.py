@@ -126,6 +126,7 @@ def test_total_size_is_bounded_oldest_first(bytelevel_vocab, tiny_llama, tmp_pat
     legacy = tmp_path / "0123.pt"  # a file of the earlier format counts, and goes first
     legacy.write_bytes(b"x" * size)
     os.utime(legacy, ns=(0, 0))
+    (tmp_path / "a folder").mkdir()  # not the store's: left alone
     store = PrefixStore(tmp_path, max_bytes=int(2.5 * size))
     for i, text in enumerate(texts[1:], start=1):
         past = store.path(store.key(kind, vocab.encode(texts[i - 1])))
@@ -133,8 +134,8 @@ def test_total_size_is_bounded_oldest_first(bytelevel_vocab, tiny_llama, tmp_pat
             os.utime(past, ns=(i, i))  # make file ages distinct on coarse clocks
         store.get(kind, vocab.encode(text))
     kept = [store.path(store.key(kind, vocab.encode(t))).exists() for t in texts]
-    assert kept == [False, False, True, True] and not legacy.exists()
-    assert sum(p.stat().st_size for p in tmp_path.iterdir()) <= store.max_bytes
+    assert kept == [False, False, True, True] and not legacy.exists() and (tmp_path / "a folder").is_dir()
+    assert sum(p.stat().st_size for p in tmp_path.iterdir() if p.is_file()) <= store.max_bytes
     tiny = PrefixStore(tmp_path, max_bytes=10)
     assert tiny.get(kind, vocab.encode("too big to keep"))[1] is False
     assert not tiny.path(tiny.key(kind, vocab.encode("too big to keep"))).exists()

@@ -79,6 +79,9 @@ class LlamaCppModel:
             logits=torch.from_numpy(last.copy())[None, None, :], past_key_values=self._session
         )
 
+    forward = __call__
+    """The same call: the Decoder reads the forward's signature to name its cache keyword (past_key_values)."""
+
     def prefix_kind(self) -> LlamaPrefixes:
         """How this model's prompt prefixes are stored (tooldec.backends.prefix_store)."""
         return LlamaPrefixes(self)

@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import os
+import stat
 import struct
 import tempfile
 from collections.abc import Callable, Sequence
@@ -248,7 +249,8 @@ class PrefixStore:
                 st = p.stat()
             except FileNotFoundError:  # another process evicted it
                 continue
-            files.append((st.st_mtime_ns, st.st_size, p))
+            if stat.S_ISREG(st.st_mode):
+                files.append((st.st_mtime_ns, st.st_size, p))
         total = sum(size for _, size, _ in files)
         for _, size, p in sorted(files, key=lambda f: f[0]):
             if total <= self.max_bytes:
