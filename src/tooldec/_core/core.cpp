@@ -58,7 +58,7 @@ struct SchemaTooLarge : std::runtime_error {
 };
 
 // ---------------------------------------------------------------------------------------------------------------
-// Pruning and layout of a DFA given as rows of (byte mask id, target), shared by subset construction and products.
+// Pruning and layout of a DFA given as a table of targets per byte class, shared by subset construction and products.
 
 struct Dfa {
   std::vector<int32_t> trans;  // n * nc
@@ -81,89 +81,9 @@ struct MaskHash {
 
 inline bool mask_has(const Mask& m, int b) { return (m[b >> 6] >> (b & 63)) & 1; }
 
-// rows[s]: (mask, target) pairs with disjoint masks. Prunes states that cannot reach acceptance, renumbers
-// (dead 0, start 1), computes the coarsest byte classes the kept masks need.
-Dfa finish(const std::vector<std::vector<std::pair<Mask, int32_t>>>& rows, const std::vector<uint8_t>& accepting) {
-  const int32_t n = static_cast<int32_t>(rows.size());
-  std::vector<std::vector<int32_t>> reverse(n);
-  for (int32_t s = 0; s < n; ++s)
-    for (auto& [m, t] : rows[s]) reverse[t].push_back(s);
-  std::vector<uint8_t> alive(n, 0);
-  std::vector<int32_t> stack;
-  for (int32_t s = 0; s < n; ++s)
-    if (accepting[s]) {
-      alive[s] = 1;
-      stack.push_back(s);
-    }
-  while (!stack.empty()) {
-    int32_t s = stack.back();
-    stack.pop_back();
-    for (int32_t p : reverse[s])
-      if (!alive[p]) {
-        alive[p] = 1;
-        stack.push_back(p);
-      }
-  }
-  if (n > 0) alive[DEAD] = 0;
-  std::vector<int32_t> new_id(n, 0);
-  int32_t count = 1;
-  if (n > 1 && alive[1])
-    for (int32_t s = 1; s < n; ++s)
-      if (alive[s]) new_id[s] = count++;
-  // byte classes: bytes with the same membership in every kept mask share a class
-  std::vector<uint64_t> sig_lo(256, 0), sig_hi(256, 0);  // running signature as (class id) refinement
-  std::vector<int32_t> cls(256, 0);
-  int32_t n_cls = 1;
-  std::unordered_map<Mask, int, MaskHash> seen;
-  std::vector<int32_t> remap;
-  for (int32_t s = 1; s < n; ++s) {
-    if (!alive[s]) continue;
-    for (auto& [m, t] : rows[s]) {
-      if (!alive[t] || !seen.emplace(m, 0).second) continue;
-      // refine: class c splits into (c, in m) and (c, out of m)
-      remap.assign(2 * static_cast<size_t>(n_cls), -1);
-      int32_t next = 0;
-      for (int b = 0; b < 256; ++b) {
-        int32_t& r = remap[2 * cls[b] + (mask_has(m, b) ? 1 : 0)];
-        if (r < 0) r = next++;
-        cls[b] = r;
-      }
-      n_cls = next;
-    }
-  }
-  // renumber classes in order of first byte
-  std::vector<int32_t> order(257, -1);
-  int32_t nc = 0;
-  for (int b = 0; b < 256; ++b)
-    if (order[cls[b]] < 0) order[cls[b]] = nc++;
-  Dfa d;
-  d.classes.resize(256);
-  std::vector<int> rep(nc, -1);
-  for (int b = 0; b < 256; ++b) {
-    d.classes[b] = static_cast<uint8_t>(order[cls[b]]);
-    if (rep[d.classes[b]] < 0) rep[d.classes[b]] = b;
-  }
-  d.n = count;
-  d.nc = nc;
-  d.trans.assign(static_cast<size_t>(count) * nc, DEAD);
-  d.accepting.assign(count, 0);
-  for (int32_t s = 1; s < n; ++s) {
-    if (!alive[s]) continue;
-    int32_t ns = new_id[s];
-    d.accepting[ns] = accepting[s];
-    int32_t* row = d.trans.data() + static_cast<size_t>(ns) * nc;
-    for (auto& [m, t] : rows[s]) {
-      if (!alive[t]) continue;
-      for (int c = 0; c < nc; ++c)
-        if (mask_has(m, rep[c])) row[c] = new_id[t];
-    }
-  }
-  d.start = count > 1 ? 1 : DEAD;
-  return d;
-}
-
-// The same as finish() for rows given as a table of targets per class (-1: none), `cls[b]` the class of byte b:
-// bytes share a final class when every kept row sends them to the same kept state (or neither).
+// A DFA from rows given as a table of targets per class (-1: none), `cls[b]` the class of byte b: prunes the
+// states that cannot reach acceptance, renumbers (dead 0, start 1), and merges the classes into the coarsest
+// byte classes the kept rows need (bytes share one when every kept row sends them to the same kept state).
 Dfa finish_table(const std::vector<int32_t>& table, int32_t nc, const std::vector<int32_t>& cls,
                  const std::vector<uint8_t>& accepting) {
   const int32_t n = static_cast<int32_t>(accepting.size());
@@ -739,26 +659,25 @@ py::tuple product(carray<int32_t> a_trans, carray<uint8_t> a_classes, carray<boo
   const int32_t* bt = b_trans.data();
   const bool* aa = a_acc.data();
   const bool* ba = b_acc.data();
-  // joint classes
+  // joint classes: bytes in the same class of both automata, numbered by first byte
   std::vector<std::pair<int32_t, int32_t>> joint;
-  std::vector<Mask> joint_mask;
+  std::vector<int32_t> cls(256);
   {
-    std::unordered_map<int64_t, int32_t> seen;
+    std::vector<int32_t> seen(static_cast<size_t>(anc) * bnc, -1);
     for (int b = 0; b < 256; ++b) {
-      int64_t key = static_cast<int64_t>(a_classes.data()[b]) * 65536 + b_classes.data()[b];
-      auto it = seen.find(key);
-      if (it == seen.end()) {
-        it = seen.emplace(key, static_cast<int32_t>(joint.size())).first;
+      int32_t& got = seen[static_cast<size_t>(a_classes.data()[b]) * bnc + b_classes.data()[b]];
+      if (got < 0) {
+        got = static_cast<int32_t>(joint.size());
         joint.emplace_back(a_classes.data()[b], b_classes.data()[b]);
-        joint_mask.push_back(Mask{0, 0, 0, 0});
       }
-      joint_mask[it->second][b >> 6] |= 1ULL << (b & 63);
+      cls[b] = got;
     }
   }
+  const int32_t J = static_cast<int32_t>(joint.size());
   std::unordered_map<int64_t, int32_t> ids;
   std::vector<std::pair<int32_t, int32_t>> order{{DEAD, DEAD}, {a_start, b_start}};
   ids.emplace(static_cast<int64_t>(a_start) << 32 | static_cast<uint32_t>(b_start), 1);
-  std::vector<std::vector<std::pair<Mask, int32_t>>> rows(2);
+  std::vector<int32_t> table(2 * static_cast<size_t>(J), -1);  // per state, the target per joint class (-1 none)
   std::vector<uint8_t> accepting{0};
   size_t tick = 0;
   for (size_t i = 1; i < order.size(); ++i) {
@@ -766,12 +685,11 @@ py::tuple product(carray<int32_t> a_trans, carray<uint8_t> a_classes, carray<boo
     auto [sa, sb] = order[i];
     accepting.push_back(aa[sa] && (difference ? !ba[sb] : ba[sb]));
     if (sa == DEAD || (sb == DEAD && !difference)) continue;
-    std::unordered_map<int32_t, Mask> by_target;
-    for (size_t j = 0; j < joint.size(); ++j) {
-      int32_t ta = at[static_cast<size_t>(sa) * anc + joint[j].first];
-      int32_t tb = bt[static_cast<size_t>(sb) * bnc + joint[j].second];
+    for (int32_t j = 0; j < J; ++j) {
+      const int32_t ta = at[static_cast<size_t>(sa) * anc + joint[j].first];
+      const int32_t tb = bt[static_cast<size_t>(sb) * bnc + joint[j].second];
       if (ta == DEAD || (tb == DEAD && !difference)) continue;
-      int64_t key = static_cast<int64_t>(ta) << 32 | static_cast<uint32_t>(tb);
+      const int64_t key = static_cast<int64_t>(ta) << 32 | static_cast<uint32_t>(tb);
       auto it = ids.find(key);
       int32_t tid;
       if (it == ids.end()) {
@@ -779,16 +697,14 @@ py::tuple product(carray<int32_t> a_trans, carray<uint8_t> a_classes, carray<boo
         if (tid >= max_states) throw SchemaTooLarge("the automaton would exceed " + std::to_string(max_states) + " DFA states");
         ids.emplace(key, tid);
         order.emplace_back(ta, tb);
-        rows.emplace_back();
+        table.resize(table.size() + J, -1);
       } else {
         tid = it->second;
       }
-      Mask& m = by_target.try_emplace(tid, Mask{0, 0, 0, 0}).first->second;
-      for (int w = 0; w < 4; ++w) m[w] |= joint_mask[j][w];
+      table[i * J + j] = tid;
     }
-    for (auto& [t, m] : by_target) rows[i].emplace_back(m, t);
   }
-  return to_python(finish(rows, accepting));
+  return to_python(finish_table(table, J, cls, accepting));
 }
 
 // Union of several pruned DFAs (one per tool): subset construction over sets of (automaton, state) pairs. The
