@@ -185,3 +185,29 @@ def test_string_fields_share_one_region_walk(bytelevel_vocab: Vocabulary) -> Non
         return index.core.num_regions
 
     assert 0 < regions(2) == regions(6)
+
+
+def test_a_guide_fills_any_row_of_any_bitmask_it_is_given(compiled) -> None:
+    """Guide.fill_bitmask writes through a kept data pointer: switching arrays and rows writes the right row of
+    the right array, and a wrong array or row is refused instead of written past."""
+    index = compiled.index
+    guide = compiled.guide()
+    a = np.full((3, index.words), -1, dtype=np.int32)
+    b = np.zeros((2, index.words), dtype=np.int32)
+    for out, row in ((a, 2), (b, 0), (a, 0), (b, 1)):
+        guide.fill_bitmask(out, row)
+        assert np.array_equal(out[row], index.bitmask(guide.state))
+    guide.advance(int(index.allowed_ids(guide.state)[0]))
+    guide.fill_bitmask(a, 2)
+    assert np.array_equal(a[2], index.bitmask(guide.state)), "the same array, a new state"
+    assert (a[1] == -1).all(), "a row not asked for was written"
+    with pytest.raises(IndexError):
+        guide.fill_bitmask(a, 3)
+    with pytest.raises(ValueError, match="int32"):
+        guide.fill_bitmask(np.zeros((1, index.words), dtype=np.int64))
+    with pytest.raises(ValueError, match="int32"):
+        guide.fill_bitmask(np.zeros((1, index.words + 1), dtype=np.int32))
+    frozen = np.zeros((1, index.words), dtype=np.int32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        guide.fill_bitmask(frozen)

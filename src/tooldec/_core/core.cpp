@@ -1504,6 +1504,11 @@ PYBIND11_MODULE(_core, m) {
           },
           py::arg("state"), py::arg("out"))
       .def(
+          "fill_at",
+          [](Index& self, int32_t s, uintptr_t ptr) { self.fill(s, reinterpret_cast<int32_t*>(ptr)); },
+          "fill() into int32[words] at a data pointer the caller checked (Guide.fill_bitmask keeps its array's)",
+          py::arg("state"), py::arg("ptr"))
+      .def(
           "transitions",
           [](const Index& self, int32_t s) {
             // sorted allowed ids (EOS included when accepting) and the state each leads to; walks afresh
