@@ -40,6 +40,16 @@ MANTISSA = seq(NONZERO, opt(FRACTION))  # 1 <= m < 10
 TINY = seq(MANTISSA, one_of_bytes("eE"), lit("-"), star(lit("0")), NONZERO, star(DIGIT))
 
 
+RANGE_CACHE_SIZE = 1024
+"""Number ranges kept by their bounds (pure functions of ints; the same bounds recur in every tool of a set)."""
+
+
+def clear_caches() -> None:
+    """Forget the kept number grammars (ranges, digit shapes): what a process's first compile starts from."""
+    for cached in (natural_range, integer_range, number_range, digit_shape):
+        cached.cache_clear()
+
+
 def _huge(min_exponent: int) -> Node:
     """m·10^k with 1 <= m < 10 and k >= min_exponent, so the value is at least 10^min_exponent."""
     return seq(MANTISSA, one_of_bytes("eE"), opt(lit("+")), star(lit("0")), natural_range(min_exponent, None))
@@ -66,6 +76,7 @@ def _same_length(lo: str, hi: str) -> Node:
     return alt(*parts)
 
 
+@functools.lru_cache(maxsize=RANGE_CACHE_SIZE)
 def natural_range(lo: int, hi: int | None) -> Node:
     """Non-negative integers in [lo, hi] (hi None = unbounded) without leading zeros."""
     if lo < 0:
@@ -90,6 +101,7 @@ def natural_range(lo: int, hi: int | None) -> Node:
     return alt(*parts)
 
 
+@functools.lru_cache(maxsize=RANGE_CACHE_SIZE)
 def integer_range(lo: int | None, hi: int | None) -> Node:
     """JSON integers in [lo, hi] (None = unbounded on that side); never `-0`."""
     if lo is not None and hi is not None and hi < lo:
@@ -124,6 +136,7 @@ def _magnitude(lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool) -> 
     return alt(*parts)
 
 
+@functools.lru_cache(maxsize=RANGE_CACHE_SIZE)
 def number_range(lo: int | None, lo_incl: bool, hi: int | None, hi_incl: bool) -> Node:
     """JSON numbers between integral bounds (exponent spellings only where they cannot cross a bound)."""
     parts: list[Node] = []

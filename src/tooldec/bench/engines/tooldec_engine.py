@@ -12,6 +12,7 @@ import numpy as np
 from tooldec.bench.engines.base import BatchDriver, Engine, bit_set, mask_words
 from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.errors import TokenRejectedError
+from tooldec.grammar.numbers import clear_caches
 from tooldec.specs import ToolSet
 from tooldec.vocab import Vocabulary
 
@@ -98,7 +99,8 @@ class TooldecEngine(Engine):
         self.compiler = Compiler(self.vocab)
 
     def compile(self, tools: ToolSet) -> CompiledGrammar:
-        """Compile without the process-wide grammar cache."""
+        """Compile cold: without the compiler's caches, and from empty number-grammar caches."""
+        clear_caches()
         return self.compiler.compile(tools, "json", use_cache=False)
 
     def start(self, compiled: CompiledGrammar) -> TooldecSession:
