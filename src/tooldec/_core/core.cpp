@@ -203,7 +203,10 @@ Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, c
     for (int w = 0; w < 4; ++w)
       for (uint64_t x = m[w]; x != 0; x &= x - 1) f(w * 64 + __builtin_ctzll(x));
   };
+  std::vector<uint8_t> used_mask(n_masks, 0);  // a table shared by several roots holds masks this NFA never uses
+  for (int64_t k = 0; k < ep[n]; ++k) used_mask[em[k]] = 1;
   for (int32_t i = 0; i < n_masks; ++i) {
+    if (!used_mask[i]) continue;
     split_of.resize(nc);
     split_stamp.resize(nc, -1);
     for_bits(mask_list[i], [&](int b) {
@@ -227,6 +230,7 @@ Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, c
   std::vector<std::vector<int32_t>> mask_classes(n_masks);
   std::vector<int32_t> seen_stamp(nc, -1);
   for (int32_t i = 0; i < n_masks; ++i) {
+    if (!used_mask[i]) continue;
     for_bits(mask_list[i], [&](int b) {
       if (seen_stamp[cls[b]] != i) {
         seen_stamp[cls[b]] = i;
@@ -568,55 +572,49 @@ class Thompson {
   void eps(int32_t from, int32_t to) { eps_.emplace_back(from, to); }
 };
 
-// IR node tables -> NFA (Thompson) -> pruned DFA each, as (trans, classes, accepting, start), or the message of
-// an automaton past its bounds (a str). Each table is (code, ptr, masks, embedded dfas, root). With more than
-// one thread the tables are built in parallel without the GIL (a signal is then seen only when all are done).
-py::list compile_irs(py::list tables, int64_t max_nfa_states, int64_t max_dfa_states, int threads) {
+// One IR node table -> for each root, NFA (Thompson) -> pruned DFA, as (trans, classes, accepting, start), or the
+// message of an automaton past its bounds (a str). The table is (code, ptr, masks, embedded dfas); the roots share
+// its nodes (a tool set's tools share most of theirs). With more than one thread the roots are built in parallel
+// without the GIL (a signal is then seen only when all are done).
+py::list compile_irs(carray<int32_t> code, carray<int64_t> ptr, carray<uint8_t> masks_in, py::list dfas,
+                     std::vector<int32_t> roots, int64_t max_nfa_states, int64_t max_dfa_states, int threads) {
+  const int64_t n_nodes = ptr.shape(0) - 1;
+  const std::vector<Mask> masks = read_masks(masks_in);
+  std::vector<carray<int32_t>> keep_trans;  // the embedded DFAs' arrays, alive for the call
+  std::vector<carray<uint8_t>> keep_classes;
+  std::vector<carray<bool>> keep_accepting;
+  std::vector<Embedded> embedded;
+  for (py::handle e : dfas) {
+    auto d = e.cast<py::tuple>();
+    keep_trans.push_back(d[0].cast<carray<int32_t>>());
+    keep_classes.push_back(d[1].cast<carray<uint8_t>>());
+    keep_accepting.push_back(d[2].cast<carray<bool>>());
+    const auto& tr = keep_trans.back();
+    if (tr.ndim() != 2 || keep_classes.back().size() != 256 || keep_accepting.back().size() != tr.shape(0))
+      throw std::invalid_argument("an embedded DFA is not (trans[n, classes], classes[256], accepting[n], start)");
+    embedded.push_back(Embedded{tr.data(), keep_classes.back().data(), keep_accepting.back().data(),
+                                d[3].cast<int32_t>(), static_cast<int32_t>(tr.shape(0)), static_cast<int32_t>(tr.shape(1))});
+  }
+  for (int32_t r : roots)
+    if (r < 0 || r >= n_nodes) throw std::invalid_argument("a root is not a node of the table");
   struct Job {
-    carray<int32_t> code;
-    carray<int64_t> ptr;
-    std::vector<Mask> masks;
-    std::vector<carray<int32_t>> keep_trans;  // the embedded DFAs' arrays, alive for the call
-    std::vector<carray<uint8_t>> keep_classes;
-    std::vector<carray<bool>> keep_accepting;
-    std::vector<Embedded> dfas;
-    int32_t root;
     Dfa out;
     std::string too_large;
   };
-  std::vector<Job> jobs;
-  jobs.reserve(tables.size());
-  for (py::handle h : tables) {
-    auto t = h.cast<py::tuple>();
-    Job j{t[0].cast<carray<int32_t>>(), t[1].cast<carray<int64_t>>(), read_masks(t[2].cast<carray<uint8_t>>()),
-          {}, {}, {}, {}, t[4].cast<int32_t>(), {}, {}};
-    for (py::handle e : t[3].cast<py::list>()) {
-      auto d = e.cast<py::tuple>();
-      j.keep_trans.push_back(d[0].cast<carray<int32_t>>());
-      j.keep_classes.push_back(d[1].cast<carray<uint8_t>>());
-      j.keep_accepting.push_back(d[2].cast<carray<bool>>());
-      const auto& tr = j.keep_trans.back();
-      if (tr.ndim() != 2 || j.keep_classes.back().size() != 256 || j.keep_accepting.back().size() != tr.shape(0))
-        throw std::invalid_argument("an embedded DFA is not (trans[n, classes], classes[256], accepting[n], start)");
-      j.dfas.push_back(Embedded{tr.data(), j.keep_classes.back().data(), j.keep_accepting.back().data(),
-                                d[3].cast<int32_t>(), static_cast<int32_t>(tr.shape(0)), static_cast<int32_t>(tr.shape(1))});
-    }
-    if (j.root < 0 || j.root >= j.ptr.shape(0) - 1) throw std::invalid_argument("the root is not a node of the table");
-    jobs.push_back(std::move(j));
-  }
-  auto build = [&](Job& j) {
+  std::vector<Job> jobs(roots.size());
+  auto build = [&](size_t i) {
     try {
-      Thompson t(j.code.data(), j.ptr.data(), j.ptr.shape(0) - 1, j.masks, j.dfas, max_nfa_states);
+      Thompson t(code.data(), ptr.data(), n_nodes, masks, embedded, max_nfa_states);
       const int32_t start = t.new_state();
-      const int32_t accept = t.build(j.root, start);
-      j.out = t.determinize(start, accept, max_dfa_states);
+      const int32_t accept = t.build(roots[i], start);
+      jobs[i].out = t.determinize(start, accept, max_dfa_states);
     } catch (const SchemaTooLarge& e) {
-      j.too_large = e.what();
+      jobs[i].too_large = e.what();
     }
   };
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(jobs.size() / 8)));  // a thread for 8 tables at least
+  threads = std::max(1, std::min<int>(threads, static_cast<int>(jobs.size() / 8)));  // a thread for 8 roots at least
   if (threads == 1) {
-    for (Job& j : jobs) build(j);
+    for (size_t i = 0; i < jobs.size(); ++i) build(i);
   } else {
     std::atomic<size_t> next{0};
     std::vector<std::exception_ptr> failed(threads);
@@ -625,7 +623,7 @@ py::list compile_irs(py::list tables, int64_t max_nfa_states, int64_t max_dfa_st
       auto work = [&](int w) {
         t_check_signals = false;
         try {
-          for (size_t i = next++; i < jobs.size(); i = next++) build(jobs[i]);
+          for (size_t i = next++; i < jobs.size(); i = next++) build(i);
         } catch (...) {
           failed[w] = std::current_exception();
           next = jobs.size();
@@ -1446,8 +1444,10 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "tooldec's compiled core: grammar IR to DFA, products, the token index and batch mask operations.";
   py::register_exception<SchemaTooLarge>(m, "AutomatonTooLarge", PyExc_ValueError);
   m.def("compile_irs", &compile_irs,
-        "Grammar IR node tables to pruned DFAs (Thompson NFA, subset construction), on up to `threads` threads.",
-        py::arg("tables"), py::arg("max_nfa_states"), py::arg("max_dfa_states"), py::arg("threads") = 1);
+        "A grammar IR node table to one pruned DFA per root (Thompson NFA, subset construction), on up to "
+        "`threads` threads.",
+        py::arg("code"), py::arg("ptr"), py::arg("masks"), py::arg("dfas"), py::arg("roots"),
+        py::arg("max_nfa_states"), py::arg("max_dfa_states"), py::arg("threads") = 1);
   m.def("product", &product, "Intersection or difference of two DFAs, pruned.", py::arg("a_trans"),
         py::arg("a_classes"), py::arg("a_accepting"), py::arg("a_start"), py::arg("b_trans"), py::arg("b_classes"),
         py::arg("b_accepting"), py::arg("b_start"), py::arg("difference"), py::arg("max_states"));

@@ -133,16 +133,14 @@ def compile_dfa(node: Node, products: ProductCache | None = None) -> DFA:
 
 
 def compile_dfas(nodes: Sequence[Node], products: ProductCache | None = None, threads: int = 1) -> list[DFA]:
-    """`compile_dfa` of each node; the core builds them on up to `threads` threads (then without seeing a
-    signal until all are built). Raises UnsupportedSchemaError for the first node past the bounds."""
-    tables = []
-    for node in nodes:
-        table = _Table(products)
-        root = table.add(node)
-        code, ptr = np.array(table.code, dtype=np.int32), np.array(table.ptr, dtype=np.int64)
-        tables.append((code, ptr, table.mask_rows(), table.dfas, root))
-    built = _core.compile_irs(tables, MAX_NFA_STATES, MAX_DFA_STATES, threads)  # past the bounds: a message
-    for got in built:
+    """`compile_dfa` of each node; the nodes go to the core in one table (a tool set's tools share most of their
+    nodes) and it builds their automata on up to `threads` threads (then without seeing a signal until all are
+    built). Raises UnsupportedSchemaError for the first node past the bounds."""
+    table = _Table(products)
+    roots = [table.add(node) for node in nodes]
+    code, ptr = np.array(table.code, dtype=np.int32), np.array(table.ptr, dtype=np.int64)
+    built = _core.compile_irs(code, ptr, table.mask_rows(), table.dfas, roots, MAX_NFA_STATES, MAX_DFA_STATES, threads)
+    for got in built:  # past the bounds: its message
         if isinstance(got, str):
             raise UnsupportedSchemaError("size", detail=got)
     return [from_core(got) for got in built]
