@@ -1013,14 +1013,15 @@ class Index {
       : vocab_(std::move(vocab)), share_(share_regions) {
     n_ = static_cast<int32_t>(trans.shape(0));
     nc_ = static_cast<int32_t>(trans.shape(1));
-    trans_.assign(trans.data(), trans.data() + static_cast<size_t>(n_) * nc_);
+    trans_array_ = trans;  // read in place: the array is kept alive with the index
+    trans_ = trans_array_.data();
     std::memcpy(classes_, classes.data(), 256);
     accepting_.assign(accepting.data(), accepting.data() + n_);
     class_size_.assign(nc_, 0);
     for (int b = 0; b < 256; ++b) class_size_[classes_[b]] += 1;
     width_.assign(n_, 0);
     for (int32_t s = 0; s < n_; ++s) {
-      const int32_t* row = trans_.data() + static_cast<size_t>(s) * nc_;
+      const int32_t* row = trans_ + static_cast<size_t>(s) * nc_;
       int32_t w = 0;
       for (int c = 0; c < nc_; ++c) {
         if (static_cast<uint32_t>(row[c]) >= static_cast<uint32_t>(n_))
@@ -1039,6 +1040,12 @@ class Index {
   Index& operator=(const Index&) = delete;
 
   int32_t num_states() const { return n_; }
+  // Per state: accepting with no way on, so only EOS may follow.
+  std::vector<bool> finished() const {
+    std::vector<bool> out(n_, false);
+    for (int32_t s = 1; s < n_; ++s) out[s] = accepting_[s] && width_[s] == 0;
+    return out;
+  }
   int32_t words() const { return vocab_->words(); }
   bool accepting(int32_t s) const { return s > DEAD && s < n_ && accepting_[s]; }
   const std::shared_ptr<Vocab>& vocab() const { return vocab_; }
@@ -1124,7 +1131,7 @@ class Index {
     const int32_t* ne = v.node_end_.data();
     const int32_t* tp = v.tok_ptr_.data();
     const int32_t* tk = v.tok_.data();
-    const int32_t* tr = trans_.data();
+    const int32_t* tr = trans_;
     const uint8_t* cl = classes_;
     const size_t nc = static_cast<size_t>(nc_);
     int32_t k = 0;
@@ -1168,7 +1175,7 @@ class Index {
     stamp[s] = epoch;
     code[s] = 1;
     for (size_t i = 0; i < local.size(); ++i) {
-      const int32_t* row = trans_.data() + static_cast<size_t>(local[i]) * nc_;
+      const int32_t* row = trans_ + static_cast<size_t>(local[i]) * nc_;
       for (int c = 0; c < nc_; ++c) {
         int32_t t = row[c];
         if (t == DEAD || known(t)) continue;
@@ -1186,12 +1193,12 @@ class Index {
     // a lone state without a loop is not shared: every token would leave it at once and be an exit
     const size_t L = local.size();
     if (L == 1) {
-      const int32_t* row = trans_.data() + static_cast<size_t>(s) * nc_;
+      const int32_t* row = trans_ + static_cast<size_t>(s) * nc_;
       if (std::find(row, row + nc_, s) == row + nc_) return false;
     }
     sig.assign(L * nc_, 0);
     for (size_t i = 0; i < L; ++i) {
-      const int32_t* row = trans_.data() + static_cast<size_t>(local[i]) * nc_;
+      const int32_t* row = trans_ + static_cast<size_t>(local[i]) * nc_;
       for (int c = 0; c < nc_; ++c) sig[i * nc_ + c] = row[c] == DEAD ? 0 : code[row[c]];
     }
     return true;
@@ -1304,7 +1311,8 @@ class Index {
   std::shared_ptr<Vocab> vocab_;
   bool share_ = true;
   int32_t n_ = 0, nc_ = 0;
-  std::vector<int32_t> trans_;
+  carray<int32_t> trans_array_;
+  const int32_t* trans_ = nullptr;  // trans_array_'s rows, n_ x nc_
   uint8_t classes_[256];
   std::vector<uint8_t> accepting_;
   std::unique_ptr<std::atomic<Entry*>[]> entries_;
@@ -1465,6 +1473,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("vocab"), py::arg("trans"), py::arg("classes"), py::arg("accepting"),
            py::arg("share_regions") = true)
       .def_property_readonly("num_states", &Index::num_states)
+      .def("finished", &Index::finished, "Per state: accepting with no way on (only EOS may follow), as a list.")
       .def_property_readonly("words", &Index::words)
       .def_property_readonly("computed", &Index::computed)
       .def("cached", &Index::cached, py::arg("state"))

@@ -47,8 +47,11 @@ class DFA:
 
 
 def from_core(arrays: tuple[np.ndarray, np.ndarray, np.ndarray, int]) -> DFA:
-    """A DFA from the compiled core's (trans, classes, accepting, start)."""
+    """A DFA from the compiled core's (trans, classes, accepting, start), its arrays read-only (a token index
+    reads the transitions in place)."""
     trans, classes, accepting, start = arrays
+    for array in (trans, classes, accepting):
+        array.flags.writeable = False
     return DFA(trans=trans, classes=classes, accepting=accepting, start=int(start))
 
 

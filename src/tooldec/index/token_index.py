@@ -44,7 +44,7 @@ class TokenIndex:
             dfa.accepting,
             share_regions,
         )
-        self.finished: list[bool] = (np.asarray(dfa.accepting, dtype=bool) & ~dfa.trans.any(axis=1)).tolist()
+        self.finished: list[bool] = self.core.finished()
         """Per state: accepting with no way on, so only EOS may follow (a list: one lookup per decoding step)."""
 
     @property
