@@ -378,10 +378,7 @@ class Thompson {
  public:
   Thompson(const int32_t* code, const int64_t* ptr, int64_t n_nodes, std::vector<Mask> masks,
            const std::vector<Embedded>& dfas, int64_t max_states)
-      : code_(code), ptr_(ptr), n_nodes_(n_nodes), masks_(std::move(masks)), dfas_(std::move(dfas)),
-        max_states_(max_states) {
-    for (size_t i = 0; i < masks_.size(); ++i) mask_ids_.emplace(masks_[i], static_cast<int32_t>(i));
-  }
+      : code_(code), ptr_(ptr), n_nodes_(n_nodes), masks_(std::move(masks)), dfas_(dfas), max_states_(max_states) {}
 
   int32_t new_state() {
     if (n_states_ >= max_states_)
@@ -520,6 +517,8 @@ class Thompson {
   }
 
   int32_t mask_id(const Mask& m) {
+    if (mask_ids_.empty())  // made on the first embedded DFA: most tables embed none
+      for (size_t i = 0; i < masks_.size(); ++i) mask_ids_.emplace(masks_[i], static_cast<int32_t>(i));
     auto it = mask_ids_.find(m);
     if (it != mask_ids_.end()) return it->second;
     masks_.push_back(m);
