@@ -603,3 +603,26 @@ def test_listed_values_are_checked_against_the_whole_schema(values: list[Any], s
     check = _validator(schema)
     for v in values:
         assert bool(dfa.accepts(writer.dumps(v).encode())) == check.is_valid(v), (schema, v)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    keys=st.lists(st.sampled_from(["a", "b", "c", "d"]), unique=True, max_size=4),
+    deep=st.integers(0, 4),
+    nested=st.booleans(),
+)
+def test_a_subtracted_not_keeps_every_key_order_and_depth(keys: list[str], deep: int, nested: bool) -> None:
+    """`oneOf: [{required: [a, b]}, {required: [c], not: {required: [b]}}]` over declared properties (MaskBench's
+    Github_medium---o57539): the second branch is subtracted as a superset, so its `not` removes a subset, which
+    must hold objects in any key order and, as undeclared members, values as deep as a declared property nests.
+    Both were cut: a valid object with `b` after a deep `d` was rejected."""
+    arrays: Any = {}
+    for _ in range(4):
+        arrays = {"type": "array", "items": arrays}
+    one_of = {"properties": {"d": arrays}, "oneOf": [{"required": ["a", "b"]}, {"required": ["c"], "not": {"required": ["b"]}}]}
+    schema = {"type": "object", "properties": {"p": one_of}} if nested else one_of
+    value: Any = 1
+    for _ in range(deep):
+        value = [value]
+    obj = {k: (value if k == "d" else i) for i, k in enumerate(keys)}
+    _agrees(schema, [{"p": obj} if nested else obj], additional_properties=True)

@@ -149,6 +149,7 @@ class SchemaCompiler:
         # the grammar admits), True for the right side of a difference (`not`, the other branches of a
         # `oneOf`), which must be a superset. Each approximation below picks its side by it.
         self._negative = False
+        self._flips = 0  # how many difference right sides the build is inside (positive and > 0: a subset removed)
         # Container nesting: the current depth while compiling, and the deepest any compiled value reaches
         # (scanners that read values without their schema are given this depth, so they cut nothing).
         self._depth = 0
@@ -187,10 +188,12 @@ class SchemaCompiler:
     def _flipped(self, schema: Any, path: str) -> Node:
         """`schema` compiled at the other polarity (for the right side of a difference)."""
         self._negative = not self._negative
+        self._flips += 1
         try:
             return self._compile(schema, path)
         finally:
             self._negative = not self._negative
+            self._flips -= 1
 
     def _difference(self, left: Node, right_schema: Any, right_path: str) -> Node:
         """`left` minus the instances of `right_schema`, sound at the current polarity.
@@ -234,7 +237,9 @@ class SchemaCompiler:
 
     def _compile(self, schema: Any, path: str) -> Node:
         if schema is True:
-            if self._negative:
+            if self._negative or self._flips:
+                # positive inside a flip is a subset a superset loses: only its valid JSON texts must be instances,
+                # and every JSON value is one here, so a scanner (as deep as the grammar nests) cuts nothing
                 return self._any_superset()
             self._any_places += 1
             self._reached(self._any_depth + 1)
@@ -790,6 +795,10 @@ class SchemaCompiler:
         hi = self._count(schema, "maxProperties", path)
         if neg:
             return self._object_superset(members, extras, lo)
+        if self._flips and not lo and hi is None and sum(r for _, _, r in members) <= MAX_TRACKED_KEYS:
+            # a subset that a superset loses (`not` under `not`, a oneOf branch on the subtracted side): members in
+            # any order, as the superset holds them; each parsed key keeps a valid value, every required key shows
+            return self._object_superset(members, extras, 0)
         return self._object_fields(members, extras, lo, hi, path)
 
     def _object_fields(
