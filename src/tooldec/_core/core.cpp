@@ -125,22 +125,29 @@ Dfa finish_table(const std::vector<int32_t>& table, int32_t nc, const std::vecto
   if (n > 1 && alive[1])
     for (int32_t s = 1; s < n; ++s)
       if (alive[s]) new_id[s] = count++;
-  // group the classes by their column of kept targets
-  std::vector<std::vector<int32_t>> column(nc);
+  // group the classes by their column of kept targets: a hash per column, checked against the table on a match
+  auto kept = [&](int32_t t) { return t >= 0 && alive[t] ? new_id[t] : 0; };
+  std::vector<uint64_t> hash(nc, 1469598103934665603ULL);
   for (int32_t s = 1; s < n; ++s) {
     if (!alive[s] || new_id[s] == 0) continue;
-    for (int32_t c = 0; c < nc; ++c) {
-      const int32_t t = table[static_cast<size_t>(s) * nc + c];
-      column[c].push_back(t >= 0 && alive[t] ? new_id[t] : 0);
-    }
+    const int32_t* row = table.data() + static_cast<size_t>(s) * nc;
+    for (int32_t c = 0; c < nc; ++c) hash[c] = (hash[c] ^ static_cast<uint32_t>(kept(row[c]))) * 1099511628211ULL;
   }
+  auto same_column = [&](int32_t c1, int32_t c2) {
+    for (int32_t s = 1; s < n; ++s) {
+      if (!alive[s] || new_id[s] == 0) continue;
+      const int32_t* row = table.data() + static_cast<size_t>(s) * nc;
+      if (kept(row[c1]) != kept(row[c2])) return false;
+    }
+    return true;
+  };
   std::vector<int32_t> group(nc, -1);
   int32_t groups = 0;
   for (int32_t c = 0; c < nc; ++c) {
     if (group[c] >= 0) continue;
     group[c] = groups;
     for (int32_t c2 = c + 1; c2 < nc; ++c2)
-      if (group[c2] < 0 && column[c2] == column[c]) group[c2] = groups;
+      if (group[c2] < 0 && hash[c2] == hash[c] && same_column(c, c2)) group[c2] = groups;
     ++groups;
   }
   std::vector<int32_t> order(groups, -1), rep(groups, -1);
