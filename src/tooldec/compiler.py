@@ -150,7 +150,7 @@ class Compiler:
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no call of this tool set can be valid (its schemas admit no value)")
             index = TokenIndex(dfa, self.prepared, share_regions=use_cache)
-            index.warm()
+            index.warm(self.threads)
             if precompute:
                 index.reachable_states()
             return CompiledGrammar(dfa, index, fmt.parse, toolset, fmt)
@@ -226,7 +226,7 @@ class Compiler:
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no value satisfies this schema", path="#")
             index = TokenIndex(dfa, self.prepared)
-            index.warm()
+            index.warm(self.threads)
             return CompiledGrammar(dfa, index, json.loads)
 
         return self._cached(key, build, use_cache)

@@ -1091,22 +1091,38 @@ class Index {
   }
 
   // Compute every state's entry now (all up front, Outlines-style).
-  void compute_all() {
-    for (int32_t s = 1; s < n_; ++s) entry(s);
+  // Every state's entry now, on up to `threads` threads (entries are published lock-free, regions under a lock).
+  void compute_all(int threads) {
+    over_states(threads, [&](int32_t s) { entry(s); });
   }
 
   // Walk every region of the automaton now (the expensive part of a wide state's first visit), so that a
   // decoding step that reaches a string or a number for the first time costs its exits only.
-  void compute_regions() {
-    std::vector<int32_t> sig, exits;
-    for (int32_t s = 1; s < n_; ++s) {
+  void compute_regions(int threads) {
+    over_states(threads, [&](int32_t s) {
+      thread_local std::vector<int32_t> sig, exits;
       sig.clear();
       exits.clear();
       if (width_[s] >= EXPENSIVE_WIDTH && region_of(s, sig, exits)) region_walk(sig);
-    }
+    });
   }
 
   bool cached(int32_t s) const { return s >= 0 && s < n_ && entries_[s].load(std::memory_order_acquire) != nullptr; }
+
+  // f(s) for every live state, states handed out in blocks to up to `threads` threads.
+  template <typename F>
+  void over_states(int threads, F f) {
+    threads = std::max(1, std::min(threads, n_ / 64));
+    std::atomic<int32_t> next{1};
+    auto work = [&]() {
+      for (int32_t lo = next.fetch_add(16); lo < n_; lo = next.fetch_add(16))
+        for (int32_t s = lo; s < std::min(n_, lo + 16); ++s) f(s);
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+    work();
+    for (auto& th : pool) th.join();
+  }
   int64_t computed() const { return computed_.load(); }
 
   void fill(int32_t s, int32_t* out) {
@@ -1484,8 +1500,9 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("computed", &Index::computed)
       .def("cached", &Index::cached, py::arg("state"))
       .def_property_readonly("num_regions", &Index::num_regions)
-      .def("compute_all", &Index::compute_all, py::call_guard<py::gil_scoped_release>())
-      .def("compute_regions", &Index::compute_regions, py::call_guard<py::gil_scoped_release>())
+      .def("compute_all", &Index::compute_all, py::call_guard<py::gil_scoped_release>(), py::arg("threads") = 1)
+      .def("compute_regions", &Index::compute_regions, py::call_guard<py::gil_scoped_release>(),
+           py::arg("threads") = 1)
       .def("next_state", &Index::next_state, py::arg("state"), py::arg("token"))
       .def(
           "advance_many",

@@ -94,17 +94,18 @@ class TokenIndex:
         """The state after `token_id` (FINAL after EOS, DEAD if not allowed); walks the token's bytes only."""
         return int(self.core.next_state(state, token_id))
 
-    def warm(self) -> None:
-        """Index now, at compile time: every state of a small automaton, else its regions and the start state.
+    def warm(self, threads: int = 1) -> None:
+        """Index now, at compile time, on up to `threads` threads: every state of a small automaton, else its
+        regions and the start state.
 
         Either way a decoding step no longer meets a full walk of the vocabulary: a state reached for the first
         time costs at most its region's exits (tens of microseconds at 128k tokens)."""
         if self.start <= DEAD:
             return
         if self.dfa.num_states <= EAGER_STATES:
-            self.core.compute_all()
+            self.core.compute_all(threads)
             return
-        self.core.compute_regions()
+        self.core.compute_regions(threads)
         # Every call walks the opening stretch from the start (`{"name": "`) to its first choice (the first
         # byte of a tool name): index all of it now. That choice is wide, and no region holds it (a name trie
         # has too many states): over 234 KAMEL tools it took 0.8 ms of the first call's steps, every compile.
