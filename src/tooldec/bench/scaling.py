@@ -65,12 +65,13 @@ def measure_point(engine: str, tok_dir: Path, n_tools: int, repeats: int = 3) ->
 
 
 def add_one_tool(tok_dir: Path, counts: tuple[int, ...] = TOOL_COUNTS, repeats: int = 3) -> list[dict[str, Any]]:
-    """tooldec: compiling N + 1 tools cold (every cache off) vs compiling them right after the N were compiled
+    """tooldec: compiling N + 1 tools cold (every cache off, number grammars included) vs compiling them right after the N were compiled
     (a fresh Compiler each repeat, its per-tool automata and the vocabulary's region walks cached by the N).
 
     One warm-up compile first, so that per-vocabulary work done once (token arrays) favours neither side.
     """
     from tooldec.compiler import Compiler
+    from tooldec.grammar.numbers import clear_caches
     from tooldec.index import PreparedVocab
 
     prepared = PreparedVocab(Vocabulary.from_file(tok_dir))
@@ -83,6 +84,7 @@ def add_one_tool(tok_dir: Path, counts: tuple[int, ...] = TOOL_COUNTS, repeats: 
         more = tools.with_tool(extra)
         cold, added = [], []
         for _ in range(repeats):
+            clear_caches()
             t0 = now_us()
             Compiler(prepared).compile(more, "json", use_cache=False)
             cold.append((now_us() - t0) / 1000.0)
