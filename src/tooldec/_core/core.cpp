@@ -940,6 +940,7 @@ class Vocab {
   std::vector<int32_t> node_depth_, node_end_, tok_ptr_, tok_;
   int32_t max_len_ = 0;
   int32_t root_[256];  // the node of each first byte, or -1
+  Mask root_bits_{0, 0, 0, 0};  // the first bytes that have a node
   std::vector<uint8_t> bytes_;
   std::vector<int64_t> off_;
 
@@ -986,7 +987,10 @@ class Vocab {
     }
     for (int b = 0; b < 256; ++b) root_[b] = -1;
     for (size_t k = 0; k < node_byte_.size(); ++k)
-      if (node_depth_[k] == 1) root_[node_byte_[k]] = static_cast<int32_t>(k);
+      if (node_depth_[k] == 1) {
+        root_[node_byte_[k]] = static_cast<int32_t>(k);
+        root_bits_[node_byte_[k] >> 6] |= 1ULL << (node_byte_[k] & 63);
+      }
     tok_ptr_.assign(1, 0);
     for (auto& v : node_tokens) {
       tok_.insert(tok_.end(), v.begin(), v.end());
@@ -1024,7 +1028,11 @@ class Index {
     std::memcpy(classes_, classes.data(), 256);
     accepting_.assign(accepting.data(), accepting.data() + n_);
     class_size_.assign(nc_, 0);
-    for (int b = 0; b < 256; ++b) class_size_[classes_[b]] += 1;
+    class_bits_.assign(nc_, Mask{0, 0, 0, 0});
+    for (int b = 0; b < 256; ++b) {
+      class_size_[classes_[b]] += 1;
+      class_bits_[classes_[b]][b >> 6] |= 1ULL << (b & 63);
+    }
     width_.assign(n_, 0);
     for (int32_t s = 0; s < n_; ++s) {
       const int32_t* row = trans_ + static_cast<size_t>(s) * nc_;
@@ -1146,7 +1154,8 @@ class Index {
     if (s <= DEAD) return;
     const Vocab& v = *vocab_;
     const int32_t N = static_cast<int32_t>(v.node_byte_.size());
-    std::vector<int32_t> stack(static_cast<size_t>(v.max_len_) + 1);
+    thread_local std::vector<int32_t> stack;
+    stack.resize(static_cast<size_t>(v.max_len_) + 1);
     stack[0] = s;
     const uint8_t* nb = v.node_byte_.data();
     const int32_t* nd = v.node_depth_.data();
@@ -1156,24 +1165,28 @@ class Index {
     const int32_t* tr = trans_;
     const uint8_t* cl = classes_;
     const size_t nc = static_cast<size_t>(nc_);
-    int32_t k = 0;
-    while (k < N) {
-      const int32_t d = nd[k];
-      if (d == 1 && tr[static_cast<size_t>(s) * nc + cl[nb[k]]] == DEAD) {  // skip to the next live first byte
-        int b = nb[k] + 1;
-        while (b < 256 && (v.root_[b] < 0 || tr[static_cast<size_t>(s) * nc + cl[b]] == DEAD)) ++b;
-        if (b == 256) break;
-        k = v.root_[b];
+    // the live first bytes from the state's row (a class at a time), then each one's subtree
+    Mask live{0, 0, 0, 0};
+    const int32_t* row = tr + static_cast<size_t>(s) * nc;
+    for (size_t c = 0; c < nc; ++c)
+      if (row[c] != DEAD)
+        for (int w = 0; w < 4; ++w) live[w] |= class_bits_[c][w];
+    for (int w = 0; w < 4; ++w)
+      for (uint64_t x = live[w] & v.root_bits_[w]; x != 0; x &= x - 1) {
+        int32_t k = v.root_[w * 64 + __builtin_ctzll(x)];
+        const int32_t end = k < N ? ne[k] : k;
+        while (k < end) {
+          const int32_t d = nd[k];
+          const int32_t t = tr[static_cast<size_t>(stack[d - 1]) * nc + cl[nb[k]]];
+          if (t == DEAD) {
+            k = ne[k];
+            continue;
+          }
+          stack[d] = t;
+          for (int32_t j = tp[k]; j < tp[k + 1]; ++j) emit(tk[j], t);
+          ++k;
+        }
       }
-      const int32_t t = tr[static_cast<size_t>(stack[d - 1]) * nc + cl[nb[k]]];
-      if (t == DEAD) {
-        k = ne[k];
-        continue;
-      }
-      stack[d] = t;
-      for (int32_t j = tp[k]; j < tp[k + 1]; ++j) emit(tk[j], t);
-      ++k;
-    }
   }
 
  private:
@@ -1329,6 +1342,7 @@ class Index {
   mutable std::mutex regions_mutex_;
   mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const Region>, SigHash> regions_;
   std::vector<int32_t> class_size_, width_;
+  std::vector<Mask> class_bits_;  // the bytes of each class
 
   std::shared_ptr<Vocab> vocab_;
   bool share_ = true;
