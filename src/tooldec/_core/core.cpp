@@ -81,6 +81,14 @@ struct MaskHash {
 
 inline bool mask_has(const Mask& m, int b) { return (m[b >> 6] >> (b & 63)) & 1; }
 
+// Set bits of a word, inline: without -mpopcnt (not in baseline x86-64) __builtin_popcount is a libgcc call, and a
+// dense mask counts 4,000 words.
+inline int popcount32(uint32_t x) {
+  x = x - ((x >> 1) & 0x55555555u);
+  x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+  return static_cast<int>((((x + (x >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24);
+}
+
 // A DFA from rows given as a table of targets per class (-1: none), `cls[b]` the class of byte b: prunes the
 // states that cannot reach acceptance, renumbers (dead 0, start 1), and merges the classes into the coarsest
 // byte classes the kept rows need (bytes share one when every kept row sends them to the same kept state).
@@ -1326,7 +1334,7 @@ class Index {
     int64_t nonzero = 0;
     for (uint32_t w : bits) {
       nonzero += w != 0;
-      count += __builtin_popcount(w);
+      count += popcount32(w);
     }
     e->count = count;
     if (nonzero * 4 < W) {  // pairs take 8 bytes a word against 4 for dense; sparse when clearly smaller
