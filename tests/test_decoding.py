@@ -232,7 +232,8 @@ def test_free_controller_forces_its_start_once(vocab, model) -> None:  # type: i
     ctrl = FreeController(vocab, None, start=start)
     gen = Decoder(model, vocab).generate([vocab.encode("q")], [ctrl], max_new_tokens=len(start) + 8)[0]
     assert gen.tokens[: len(start)] == start and gen.text.startswith("<tool_call>")
-    assert gen.forced_tokens == len(start) and gen.sampled_tokens == 8
+    # forced once: the rest is sampled (a random model may end its row early: EOS, or a call its text closes)
+    assert gen.forced_tokens == len(start) and 0 < gen.sampled_tokens <= 8
 
 
 def test_jump_forward_saves_passes_and_keeps_calls_valid(vocab, model) -> None:  # type: ignore[no-untyped-def]

@@ -312,8 +312,10 @@ def strict_reference(schema: Any) -> Any:
         return False
 
     def close(s: Any, in_place: bool) -> Any:
-        if not isinstance(s, dict) or lists(s):
+        if not isinstance(s, dict):
             return s
+        if lists(s):  # as written; applied in place, its listed object's keys count as evaluated for the parent's
+            return {**s, "unevaluatedProperties": True} if in_place else s  # closure (a oneOf branch's enum)
         out = dict(s)
         props = {**{r: True for r in s.get("required", []) if isinstance(r, str)}, **s.get("properties", {})}
         if props:

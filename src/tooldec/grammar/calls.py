@@ -45,11 +45,18 @@ class ParsedCall:
         return {**dict(zip(names, self.positional, strict=False)), **self.arguments}
 
 
+TOOL_ANY_VALUE_BUDGET = 20_000
+"""Any-value states per tool (SchemaCompiler has 80,000 for one value): a tool set is the union of its tools'
+automata, and RestBench's 54 TMDB tools at 80,000 each passed the 500,000-state bound of the union."""
+
+
 class ArgumentCompiler(SchemaCompiler):
     """The schema compiler of a call's arguments, whose typed numbers have at most `digits` digits (widened
     where a schema's bounds need more), so a guided number always ends; `digits=None` leaves them unbounded.
 
     Only what the grammar admits is limited: the right side of a difference (`not`) stays a superset."""
+
+    any_value_budget = TOOL_ANY_VALUE_BUDGET
 
     def __init__(self, root: Any, *, digits: DigitLimits | None, syntax: ValueSyntax, tool: str,
                  max_ref_depth: int) -> None:

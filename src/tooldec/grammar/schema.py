@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 import jsonschema
 from jsonschema.validators import validator_for
@@ -125,6 +125,9 @@ def _ptr(path: str, *parts: object) -> str:
 class SchemaCompiler:
     """Compiles the subschemas of one root document (so local `$ref`s resolve) to IR nodes."""
 
+    any_value_budget: ClassVar[int] = ANY_VALUE_BUDGET
+    """States the places holding any value share (see ANY_VALUE_BUDGET)."""
+
     def __init__(
         self,
         root: Any,
@@ -179,7 +182,7 @@ class SchemaCompiler:
         deepest = self._deepest
         self._any_depth, self._any_places, self._subtracts = MIN_ANY_DEPTH, 0, False
         node = self._compile(target, path)
-        depth = affordable_any_depth(self._any_places, SUBTRACTING_BUDGET if self._subtracts else ANY_VALUE_BUDGET)
+        depth = affordable_any_depth(self._any_places, SUBTRACTING_BUDGET if self._subtracts else self.any_value_budget)
         if depth > MIN_ANY_DEPTH:
             self._deepest, self._any_depth = deepest, depth
             node = self._compile(target, path)
