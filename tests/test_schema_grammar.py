@@ -21,6 +21,7 @@ from tooldec.errors import TokenRejectedError, ToolSpecError, UnsupportedSchemaE
 from tooldec.grammar.calls import get_format
 from tooldec.grammar.canonical import CanonicalWriter
 from tooldec.grammar.numbers import DEFAULT_DIGITS, DigitLimits
+from tooldec.grammar.schema import MAX_EXPANSIONS
 from tooldec.guide import Guide
 from tooldec.sample import UNREACHABLE, WalkTooLong, distances_to_accept, random_walk
 from tooldec.specs import ToolSet, ToolSpec
@@ -334,6 +335,17 @@ def test_errors_name_the_tool(bytelevel_vocab: Vocabulary) -> None:
     with pytest.raises(UnsupportedSchemaError) as info:
         Compiler(bytelevel_vocab).compile([bad])
     assert info.value.tool == "b" and "'b'" in str(info.value)
+
+
+def test_branching_recursion_is_refused_by_size(bytelevel_vocab: Vocabulary) -> None:
+    # six definitions that each refer to all six expand to 6**18 subschemas at max_ref_depth 3: refused by size
+    # once MAX_EXPANSIONS are built (seconds), where building them all would never end
+    defs = {f"d{i}": {"type": "object", "properties": {f"p{j}": {"$ref": f"#/$defs/d{j}"} for j in range(6)}}
+            for i in range(6)}
+    with pytest.raises(UnsupportedSchemaError) as info:
+        Compiler(bytelevel_vocab).compile_schema({"$defs": defs, "$ref": "#/$defs/d0"})
+    assert info.value.keyword == "size"
+    assert f"{MAX_EXPANSIONS:,} subschemas" in str(info.value)
 
 
 def test_recursive_refs_are_bounded(bytelevel_vocab: Vocabulary) -> None:
