@@ -2,8 +2,9 @@
 # The exact commands behind docs/results.md: every benchmark cell in three modes (tooldec, free, fuzzy) for one
 # model, written straight into docs/results/runs/<cell>-<model>-<mode>[-compressed][-required] (tracked, so a
 # partial pass is committed and the next session resumes it). Usage: docs/results/commands.sh MODEL [N]
-# (N = only the first N items of each benchmark; default all). Cells run in the order below, the issue's
-# "done when" cells first. Every run resumes where an earlier one stopped. Needs $TOOLDEC_SHARED (or ../shared).
+# (N = only the first N items of each benchmark; default all). Cells run in the order below: the issue's
+# "done when" cells (KAMEL 30 and 234) first, then the rest of the KAMEL curve, which is quick. Every run resumes
+# where an earlier one stopped. Needs $TOOLDEC_SHARED (or ../shared).
 set -u
 cd "$(dirname "$0")/../.."
 m=$1; n=${2:-all}
@@ -25,14 +26,14 @@ ev() {  # ev BENCHMARK DECODING BATCH [options...]: one run into $runs/<name>
 modes() { for d in tooldec free fuzzy; do ev "$1" $d "${@:2}"; done; }  # modes BENCHMARK BATCH [options...]
 modes kamel 1 --tools 30
 modes kamel 1 --tools 234
+modes kamel 1 --tools 60  # with 30 and 234: the curve of accuracy against the number of tools (KAMEL, Figure 5)
+modes kamel 1 --tools 100
 modes funcqa-oh 8
 modes bfcl-simple 8
 modes bfcl-simple 8 --tool-choice required
 modes funcqa-mh 8
 modes bfcl-multiple 8
 modes bfcl-multiple 8 --tool-choice required
-modes kamel 1 --tools 60
-modes kamel 1 --tools 100
 for c in parallel parallel-multiple; do
   modes bfcl-$c 8
   modes bfcl-$c 8 --tool-choice required
