@@ -13,7 +13,7 @@ import pytest
 
 from tooldec.eval import data as datasets
 from tooldec.eval.bfcl import check_entry
-from tooldec.eval.bfcl_official import available, official_verdicts
+from tooldec.eval.bfcl_official import available, official_accuracy, official_verdicts
 
 pytestmark = pytest.mark.skipif(not available(), reason="bfcl-eval is not installed in its environment")
 
@@ -122,3 +122,18 @@ def test_both_checkers_agree_on_recorded_model_outputs() -> None:
         pytest.skip("no recorded BFCL runs")
     disagreements = _disagreements(cases)
     assert not disagreements, f"{len(disagreements)} of {len(cases)}:\n" + "\n".join(disagreements[:40])
+
+
+def test_a_run_is_scored_by_both_checkers(tmp_path: Path) -> None:
+    items = datasets.load_bfcl("simple", SHARED).items[:2]
+    right = [_answer_call(a, 0) for a in items[0].possible_answer]
+    wrong = [{name + "_x": args} for call in (_answer_call(a, 0) for a in items[1].possible_answer)
+             for name, args in call.items()]
+    records = [{"id": items[0].id, "prediction": right, "correct": True},
+               {"id": items[1].id, "prediction": wrong, "correct": True}]  # the second verdict is wrong on purpose
+    run = tmp_path / "bfcl-simple-x-tooldec"
+    run.mkdir()
+    (run / "results.json").write_text(json.dumps({"config": {"benchmark": "bfcl-simple"}, "records": records}))
+    row = official_accuracy(run, SHARED)
+    assert row is not None
+    assert (row["n"], row["ours"], row["official"], row["disagreements"]) == (2, 2, 1, [items[1].id])

@@ -53,3 +53,33 @@ def official_verdicts(cases: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
         text=True, check=True, timeout=600,
     )
     return json.loads(done.stdout)
+
+
+AST_CATEGORIES = ("simple", "multiple", "parallel", "parallel_multiple")
+"""The BFCL categories its AST checker scores (irrelevance is scored by whether any call was written)."""
+
+
+def official_accuracy(results: Path, shared: Path) -> dict[str, Any] | None:
+    """One BFCL run folder's records scored by BFCL's checker beside ours: `{run, category, n, ours, official,
+    disagreements}`; None for a run outside AST_CATEGORIES. Each record's prediction is what our checker read."""
+    from tooldec.eval import data as datasets
+
+    doc = json.loads((results / "results.json").read_text(encoding="utf-8"))
+    category = doc["config"]["benchmark"].removeprefix("bfcl-").replace("-", "_")
+    if category not in AST_CATEGORIES:
+        return None
+    items = {i.id: i for i in datasets.load_bfcl(category, shared).items}
+    records = doc["records"]
+    verdicts = official_verdicts([
+        {"category": category, "functions": items[r["id"]].functions, "output": r["prediction"],
+         "answer": items[r["id"]].possible_answer}
+        for r in records
+    ]) if records else []
+    return {
+        "run": results.name,
+        "category": category,
+        "n": len(records),
+        "ours": sum(bool(r["correct"]) for r in records),
+        "official": sum(v["valid"] for v in verdicts),
+        "disagreements": [r["id"] for r, v in zip(records, verdicts, strict=True) if bool(r["correct"]) != v["valid"]],
+    }
