@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import settings
 
 if TYPE_CHECKING:
     from tooldec.vocab import Vocabulary
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+# No per-example deadline: a deadline is a timing assertion, and on a loaded machine it fails tests that are right
+# (speed is measured in benchmarks/). CI (.ci/run sets HYPOTHESIS_PROFILE=ci) draws the same examples every run,
+# so a red CI run can be reproduced; local runs keep drawing new ones.
+settings.register_profile("default", deadline=None)
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 SPECIAL_TOKENS = ["</s>", "<|endoftext|>", "<tool_call>"]
 """Special tokens of both fixtures: two EOS names and a tool-call marker."""
