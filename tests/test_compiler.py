@@ -70,7 +70,7 @@ def test_tool_sets_are_unions_of_cached_per_tool_automata(bytelevel_vocab, monke
         cached = len(compiler._tools)
         joined: list[int] = []
         union_dfas = compiler_module.union_dfas
-        monkeypatch.setattr(compiler_module, "union_dfas", lambda parts: joined.append(len(parts)) or union_dfas(parts))
+        monkeypatch.setattr(compiler_module, "union_dfas", lambda parts, joined=joined, union_dfas=union_dfas: joined.append(len(parts)) or union_dfas(parts))
         bigger = compiler.compile(tools, fmt)
         monkeypatch.undo()
         assert len(compiler._tools) == cached + 1, "only the new tool is compiled"

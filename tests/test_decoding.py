@@ -19,17 +19,17 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from tooldec.agents.toolken import CALL_END as TOOLKEN_CALL_END
+from tooldec.automaton.forced import ForcedText, complete_utf8
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController, SamplingParams, Trigger
 from tooldec.decoding.decoder import Decoder
-from tooldec.automaton.forced import ForcedText, complete_utf8
 from tooldec.decoding.kv_cache import GrowingCache
 from tooldec.decoding.logits_processor import ToolDecLogitsProcessor
 from tooldec.decoding.prefix import PromptPrefix
 from tooldec.decoding.sampling import apply_token_bitmask_inplace, sample_token
 from tooldec.eval.runners import spelled_text
-from tooldec.index import PreparedVocab, pack_bool, unpack
 from tooldec.grammar.calls import FORMATS, ParsedCall
+from tooldec.index import PreparedVocab, pack_bool, unpack
 from tooldec.specs import ToolSet, ToolSpec
 from tooldec.toolsets import funcqa_tools
 

@@ -22,7 +22,6 @@ from fractions import Fraction
 from tooldec.errors import UnsupportedSchemaError
 from tooldec.grammar.ir import (
     EMPTY,
-    NOTHING,
     Bytes,
     Difference,
     Intersect,
@@ -64,7 +63,7 @@ def _decimal(value: Fraction) -> str:
     return f"{sign}{whole}.{digits}"
 
 
-def _python_accepts(spelled: str, m: int | float) -> bool:
+def _python_accepts(spelled: str, m: float) -> bool:
     """jsonschema's multipleOf test on the value `json.loads` reads from `spelled`."""
     value: int | float = int(spelled) if "." not in spelled else float(spelled)
     if isinstance(m, float):
@@ -164,7 +163,7 @@ def _signed(magnitude: Node) -> Node:
 
 
 def _enumerated(
-    m: int | float, step: Fraction, integer: bool, lo: Fraction, lo_incl: bool, hi: Fraction, hi_incl: bool
+    m: float, step: Fraction, integer: bool, lo: Fraction, lo_incl: bool, hi: Fraction, hi_incl: bool
 ) -> Node:
     first = math.ceil(lo / step)
     last = math.floor(hi / step)
@@ -180,12 +179,12 @@ def _enumerated(
 
 
 def multiples(
-    m: int | float,
+    m: float,
     *,
     integer: bool,
-    lo: int | float | None,
+    lo: float | None,
     lo_incl: bool,
-    hi: int | float | None,
+    hi: float | None,
     hi_incl: bool,
 ) -> Node:
     """JSON numbers (integers when `integer`) that are multiples of m within the bounds (None = unbounded)."""

@@ -9,7 +9,6 @@ which keeps output valid but forbids nesting beyond that depth).
 from __future__ import annotations
 
 import functools
-import json
 import math
 from fractions import Fraction
 from typing import Any, ClassVar
@@ -18,6 +17,7 @@ import jsonschema
 from jsonschema.validators import validator_for
 
 from tooldec.errors import SchemaError, UnsupportedSchemaError
+from tooldec.grammar.counting import container_count, keyed_count, member_text
 from tooldec.grammar.ir import (
     EMPTY,
     NOTHING,
@@ -36,16 +36,15 @@ from tooldec.grammar.ir import (
 from tooldec.grammar.multiples import multiples
 from tooldec.grammar.numbers import (
     EXPONENT_NUMBER,
+    any_number,
     decimal_range,
     float_safe,
-    any_number,
     integer_range,
     integral_spellings,
     near_spellings,
     number_range,
 )
 from tooldec.grammar.refs import resolve_pointer
-from tooldec.grammar.counting import container_count, keyed_count, member_text
 from tooldec.grammar.regex import format_ir, pattern_ir, pattern_upper_ir
 from tooldec.grammar.strings import (
     MAX_STRING_LENGTH,
@@ -597,7 +596,7 @@ class SchemaCompiler:
         return m
 
     def _multiples(
-        self, m: int | float, integer: bool, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool, path: str
+        self, m: float, integer: bool, lo: Any, lo_incl: bool, hi: Any, hi_incl: bool, path: str
     ) -> Node:
         try:
             return multiples(m, integer=integer, lo=lo, lo_incl=lo_incl, hi=hi, hi_incl=hi_incl)
@@ -798,7 +797,7 @@ class SchemaCompiler:
                 # a required key with no declared schema takes additionalProperties (any value when absent)
                 parts.append((schema.get("additionalProperties", True) if extra is False else extra,
                               _ptr(path, "additionalProperties")))
-            value = self._nested(lambda: self._compile_all(parts, path))
+            value = self._nested(lambda parts=parts: self._compile_all(parts, path))
             if value == NOTHING:
                 if name in req:
                     return NOTHING
@@ -1074,7 +1073,7 @@ class _Automaton:
         return not self.is_empty and bool(self.dfa.accepts(data))
 
 
-def _exact(v: int | float | None) -> Fraction | None:
+def _exact(v: float | None) -> Fraction | None:
     """A bound as the exact decimal it is written as (`0.1` is 1/10, not the nearest binary float)."""
     if v is None:
         return None
@@ -1287,9 +1286,9 @@ def _merge(a: dict, b: Any) -> dict | None:
         if closed and (set(other.get("properties", {})) - set(one.get("properties", {}))
                        or other.get("patternProperties", one.get("patternProperties")) != one.get("patternProperties")):
             return None
-        if ("prefixItems" in one or isinstance(one.get("items"), list)) and ("items" in other or "prefixItems" in other):
-            if any(one.get(k) != other.get(k) for k in ("items", "prefixItems", "additionalItems")):
-                return None
+        if (("prefixItems" in one or isinstance(one.get("items"), list)) and ("items" in other or "prefixItems" in other)
+                and any(one.get(k) != other.get(k) for k in ("items", "prefixItems", "additionalItems"))):
+            return None
     out = dict(a)
     for k, v in b.items():
         if k not in out or k in ANNOTATIONS:
