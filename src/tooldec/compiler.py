@@ -138,7 +138,7 @@ class Compiler:
         """
         toolset = tools if isinstance(tools, ToolSet) else ToolSet(list(tools))
         fmt = get_format(format)
-        specs = [json.dumps([t.name, t.description, t.parameters], default=str) for t in toolset]
+        specs = [t.text for t in toolset]
         key = self._key(f"tools:{fmt!r}", specs)
 
         def build() -> CompiledGrammar:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -23,6 +24,9 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
+    text: str = field(init=False, repr=False, compare=False)
+    """`[name, description, parameters]` as JSON, written once: the tool's identity in the compiler's cache keys
+    (a spec is not changed after construction, where its parameters are checked)."""
 
     def __post_init__(self) -> None:
         """Reject names a model cannot emit as a call and argument schemas that are not objects."""
@@ -39,6 +43,7 @@ class ToolSpec:
         if not isinstance(self.description, str):
             raise ToolSpecError("description must be a string", tool=name, path="#/description")
         _check_parameters(self.parameters, name)
+        object.__setattr__(self, "text", json.dumps([name, self.description, self.parameters], default=str))
 
     def to_openai(self) -> dict[str, Any]:
         """Return the OpenAI `tools` entry for this tool (a copy, so the spec stays unchanged)."""
