@@ -114,6 +114,38 @@ def test_chat_agent_required_call_then_answer(lm: LoadedModel, executor: ToolExe
     jsonschema.validate(result.calls[0].arguments, executor.tools["multiply"].parameters)
 
 
+def test_chat_agent_answers_instead_of_repeating_a_call(
+    lm: LoadedModel, executor: ToolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a model that calls multiply, then the same call again after its result, then answers
+    from tooldec.agents import chat
+    from tooldec.decoding.controller import CallEvent
+    from tooldec.decoding.decoder import Generation
+
+    call = ParsedCall("multiply", {"a": 3.14, "b": 123})
+    script = [("<call>", [call]), ("<call again>", [call]), ("386.22", [])]
+    choices: list[str] = []
+
+    class Scripted:
+        def __init__(self, *_: object) -> None:
+            pass
+
+        def generate(self, prompts, controllers, *_, **__):  # type: ignore[no-untyped-def]
+            choices.append(controllers[0].tool_choice)
+            text, calls = script[len(choices) - 1]
+            return [Generation([], text, [CallEvent(text, calls)] if calls else [], "stop")]
+
+    runs: list[ParsedCall] = []
+    counting = ToolExecutor(FUNCQA_FUNCTIONS, funcqa_tools())
+    monkeypatch.setattr(counting, "run", lambda c: runs.append(c) or executor.run(c))
+    monkeypatch.setattr(chat, "Decoder", Scripted)
+    lm.tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
+    result = ChatAgent(lm, counting).run("What is 3.14 times 123?")
+    assert runs == [call], "the repeated call is not run again"
+    assert choices == ["auto", "auto", "none"], "after a round of repeats the model must answer"
+    assert result.answer == "386.22"
+
+
 def test_parse_free_calls_reads_hermes_blocks() -> None:
     text = 'x <tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call> <tool_call>\n{bad}\n</tool_call>'
     calls, errors = parse_free_calls(text, CHAT_SYNTAXES["hermes"])

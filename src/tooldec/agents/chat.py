@@ -134,13 +134,17 @@ class ChatAgent:
 
     def run(self, question: str, *, prefix: PromptPrefix | None = None) -> AgentResult:
         """Chat rounds until the model answers without calling a tool, or `max_rounds`; every round starts from
-        `prefix`'s state where its prompt starts with it."""
+        `prefix`'s state where its prompt starts with it.
+
+        A round whose calls were all made before (small models call the same tool again after its result) is
+        dropped, and the next round is decoded with tool_choice "none": the model has its results and answers."""
         syntax = CHAT_SYNTAXES[self.syntax or detect_syntax(self.lm.tokenizer)]
         messages = self.messages_for(question)
         openai_tools = [t.to_openai() for t in self.executor.tools]
         totals = AgentResult(answer=None)
         choice = self.tool_choice
         decoder = Decoder(self.lm.model, self.lm.vocab)
+        made: set[str] = set()
         for _ in range(self.max_rounds):
             tools = self.executor.tools
             mode = choice
@@ -170,6 +174,11 @@ class ChatAgent:
             if not calls:
                 totals.answer = gen.text.strip()
                 break
+            keys = {json.dumps([call.name, call.arguments], sort_keys=True, default=str) for call in calls}
+            if keys <= made:
+                choice = "none"
+                continue
+            made |= keys
             messages.append({"role": "assistant", "content": gen.text})
             for call in calls:
                 result = totals.record(self.executor.run(call))
