@@ -71,7 +71,7 @@ def add_one_tool(tok_dir: Path, counts: tuple[int, ...] = TOOL_COUNTS, repeats: 
     One warm-up compile first, so that per-vocabulary work done once (token arrays) favours neither side.
     """
     from tooldec.compiler import Compiler
-    from tooldec.grammar.numbers import clear_caches
+    from tooldec.grammar.schema import clear_caches
     from tooldec.index import PreparedVocab
 
     prepared = PreparedVocab(Vocabulary.from_file(tok_dir))

@@ -17,6 +17,7 @@ import jsonschema
 from jsonschema.validators import validator_for
 
 from tooldec.errors import SchemaError, UnsupportedSchemaError
+from tooldec.grammar import numbers
 from tooldec.grammar.counting import container_count, keyed_count, member_text
 from tooldec.grammar.ir import (
     EMPTY,
@@ -1197,6 +1198,12 @@ def _joined(nodes: list[Node], sep: Node) -> list[Node]:
 
 STRING_EXCEPT_CACHE_SIZE = 1024
 """Key languages kept by their excluded keys (a `$ref`'d object recurs at every place it is referenced)."""
+
+
+def clear_caches() -> None:
+    """Forget the kept grammar pieces (number ranges, key languages): what a process's first compile starts from."""
+    numbers.clear_caches()
+    _string_except.cache_clear()
 
 
 @functools.lru_cache(maxsize=STRING_EXCEPT_CACHE_SIZE)

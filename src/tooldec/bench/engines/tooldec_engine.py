@@ -12,7 +12,7 @@ import numpy as np
 from tooldec.bench.engines.base import BatchDriver, Engine, bit_set, mask_words
 from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.errors import TokenRejectedError
-from tooldec.grammar.numbers import clear_caches
+from tooldec.grammar.schema import clear_caches
 from tooldec.specs import ToolSet
 from tooldec.vocab import Vocabulary
 
@@ -99,7 +99,7 @@ class TooldecEngine(Engine):
         self.compiler = Compiler(self.vocab)
 
     def compile(self, tools: ToolSet) -> CompiledGrammar:
-        """Compile cold: without the compiler's caches, and from empty number-grammar caches."""
+        """Compile cold: without the compiler's caches, and from empty grammar caches (number ranges, key languages)."""
         clear_caches()
         return self.compiler.compile(tools, "json", use_cache=False)
 
