@@ -182,7 +182,8 @@ class SchemaCompiler:
         """IR for one value valid under `schema` (default: the root).
 
         Without a fixed `any_depth`, the schema is built at MIN_ANY_DEPTH first, counting the places that hold
-        any value, and built again at the largest depth whose automata fit ANY_VALUE_BUDGET states together.
+        any value, and built again at the largest depth whose automata fit ANY_VALUE_BUDGET states together
+        (when it has such places: most tool schemas have none).
         """
         target = self.root if schema is None else schema
         if self.any_depth is not None:
@@ -191,7 +192,7 @@ class SchemaCompiler:
         self._any_depth, self._any_places, self._subtracts = MIN_ANY_DEPTH, 0, False
         node = self._compile(target, path)
         depth = affordable_any_depth(self._any_places, SUBTRACTING_BUDGET if self._subtracts else self.any_value_budget)
-        if depth > MIN_ANY_DEPTH:
+        if depth > MIN_ANY_DEPTH and self._any_places:  # without a place the depth changes nothing
             self._deepest, self._any_depth = deepest, depth
             node = self._compile(target, path)
         return node
