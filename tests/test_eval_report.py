@@ -14,6 +14,7 @@ from tooldec.eval.report import (
     RESULTS_FILE,
     TABLE_FILE,
     ResumeError,
+    kamel_curve,
     load_results,
     markdown_table,
     modes_plot_name,
@@ -103,6 +104,17 @@ def test_comparison_over_runs_with_kamel_plot(tmp_path: Path) -> None:
     assert [(r["decoding"], r["tools"]) for r in rows[:2]] == [("free", 30), ("fuzzy", 30)]
     assert (tmp_path / "all" / KAMEL_PLOT).read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "all" / TABLE_FILE).read_text().count("| kamel |") == 6
+
+
+def test_kamel_curve_joins_finished_runs_only(tmp_path: Path) -> None:
+    docs = []
+    for k, partial in ((30, False), (60, False), (100, True)):
+        out = tmp_path / f"tooldec-{k}"
+        config = {"benchmark": "kamel", "model": "tiny", "decoding": "tooldec", "tools": k}
+        docs.append(write_results(out, config, _records(4), {}, partial=partial))
+    rows = result_rows(docs)
+    assert [r["complete"] for r in rows] == [True, True, False]
+    assert [r["tools"] for r in kamel_curve(rows)] == [30, 60]
 
 
 def test_comparison_over_models_plots_each_and_labels_every_mode(tmp_path: Path) -> None:

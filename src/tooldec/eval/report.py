@@ -154,6 +154,7 @@ def result_rows(docs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "model": model_name or "",
                     "decoding": mode,
                     "tools": config.get("tools"),
+                    "complete": bool(doc.get("complete", True)),
                     **summary,
                 }
             )
@@ -247,10 +248,17 @@ def write_comparison(
             plot_modes([row for row in rows if row["model"] == model], out / modes_plot_name(model))
     else:
         plot_modes(rows, out / MODES_PLOT)
-    kamel = [row for row in rows if str(row.get("benchmark", "")).startswith("kamel") and row.get("tools")]
+    kamel = kamel_curve(rows)
     if len({row["tools"] for row in kamel}) > 1:
         plot_kamel(kamel, out / KAMEL_PLOT)
     return rows
+
+
+def kamel_curve(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The KAMEL rows that are points of the accuracy-against-tools curve: finished runs only (a run part of the
+    way through is a row of the table, not a point)."""
+    return [row for row in rows
+            if str(row.get("benchmark", "")).startswith("kamel") and row.get("tools") and row.get("complete", True)]
 
 
 def modes_plot_name(model: str) -> str:
