@@ -230,6 +230,16 @@ def test_attempt_scanners() -> None:
     hermes = '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call> then <tool_call>{"name": "b'
     found = hermes_attempts(hermes, truncated=True)
     assert found[0].text.endswith("</tool_call>") and found[0].complete and not found[1].complete
+    assert [(a.text, a.complete) for a in hermes_attempts(hermes, truncated=True, guided=True)] == [
+        (a.text, a.complete) for a in found
+    ]
+    # a guided string argument may hold a closing tag: it closes nothing, and the call cut off by the token
+    # limit is an incomplete attempt (read as a complete, malformed call, it was a format error)
+    cut = '<tool_call>\n{"name": "a", "arguments": {"id": "}}</tool_call>  # 1. 1.'
+    assert [a.complete for a in hermes_attempts(cut, truncated=True, guided=True)] == [False]
+    assert hermes_attempts(cut, truncated=True)[0].complete
+    inside = '<tool_call>\n{"name": "a", "arguments": {"id": "x</tool_call><tool_call>y"}}\n</tool_call>'
+    assert [a.text for a in hermes_attempts(inside, truncated=False, guided=True)] == [inside]
     react = 'Thought: x\nAction: f\nAction Input: {"a": 1}\nObservation: 2\nThought: y\nAction: Finish\nAction Input: {'
     acts = react_attempts(react, truncated=True)
     assert acts[0].text == 'Action: f\nAction Input: {"a": 1}\n' and acts[0].complete

@@ -72,6 +72,9 @@ BLOCKS = ((TOOL_CALL_OPEN, TOOL_CALL_CLOSE), (FENCE_OPEN, "\n```"))
 """The shapes a Hermes call is written in, in every decoding mode: tags, or a Markdown JSON block (Qwen)."""
 
 
+_JSON = json.JSONDecoder()
+
+
 class EvalError(ToolDecError, ValueError):
     """An unknown benchmark or decoding mode, or options that do not fit the benchmark."""
 
@@ -215,11 +218,31 @@ def react_attempts(text: str, truncated: bool) -> list[Attempt]:
     return out
 
 
-def hermes_attempts(text: str, truncated: bool) -> list[Attempt]:
+def hermes_attempts(text: str, truncated: bool, *, guided: bool = False) -> list[Attempt]:
     """Every `<tool_call>` up to its `</tool_call>`, every ```` ```json ```` up to its closing fence (or the next
-    opening, or the end)."""
+    opening, or the end).
+
+    `guided`: the calls were written under ToolDec's grammar, so each block's object is JSON and its closing is
+    the first after the object ends; a `</tool_call>` inside a string argument closes nothing, and an object the
+    token limit cut off is an incomplete attempt, not a format error."""
     out = []
     opening = re.compile("|".join(re.escape(o) for o, _ in BLOCKS))
+    if guided:
+        pos = 0
+        while (m := opening.search(text, pos)) is not None:
+            body = m.end()
+            while body < len(text) and text[body].isspace():
+                body += 1
+            try:
+                end = text.find(dict(BLOCKS)[m.group(0)], _JSON.raw_decode(text, body)[1])
+            except ValueError:
+                end = -1
+            if end < 0:
+                out.append(Attempt(text[m.start():].rstrip(), not truncated))
+                break
+            pos = end + len(dict(BLOCKS)[m.group(0)])
+            out.append(Attempt(text[m.start():pos], True))
+        return out
     found = [(m.start(), m.group(0)) for m in opening.finditer(text)]
     closing = dict(BLOCKS)
     starts = [s for s, _ in found]
@@ -637,7 +660,7 @@ def _bfcl(
         parse = None if decoding == "tooldec" else LenientHermes().parse
         checker = SyntaxChecker(specs, call_format("hermes", specs, decoding))
         text = spelled_text(lm.vocab, gen.tokens) if gen.tokens else gen.text  # a replayed record has no tokens
-        attempts = hermes_attempts(text, gen.finish_reason == "length")
+        attempts = hermes_attempts(text, gen.finish_reason == "length", guided=decoding == "tooldec")
         kind, calls = verdicts(checker, attempts, fuzzy=fuzzy, parse=parse)
         made = []
         for attempt in attempts:
