@@ -1123,18 +1123,22 @@ class Index {
   void compute_regions(int threads) {
     std::vector<std::vector<int32_t>> todo;
     std::unordered_set<std::vector<int32_t>, SigHash> seen;
-    std::vector<int32_t> sig, exits;
+    std::vector<int32_t> sig, exits, key;
     for (int32_t s = 1; s < n_; ++s) {
       if (width_[s] < EXPENSIVE_WIDTH) continue;
       sig.clear();
       exits.clear();
-      if (region_of(s, sig, exits) && seen.insert(sig).second && !known_region(sig)) todo.push_back(sig);
+      if (region_of(s, sig, exits) && seen.insert(sig).second && !cached_region(sig, key)) todo.push_back(sig);
     }
     std::atomic<size_t> next{0};
-    auto work = [&]() {
+    on_threads(std::min(threads, static_cast<int>(todo.size())), [&]() {
       for (size_t i = next.fetch_add(1); i < todo.size(); i = next.fetch_add(1)) region_walk(todo[i]);
-    };
-    threads = std::max(1, std::min(threads, static_cast<int>(todo.size())));
+    });
+  }
+
+  // work() on `threads` threads at once, the calling one among them (at least one).
+  template <typename F>
+  static void on_threads(int threads, F work) {
     std::vector<std::thread> pool;
     for (int t = 1; t < threads; ++t) pool.emplace_back(work);
     work();
@@ -1146,16 +1150,11 @@ class Index {
   // f(s) for every live state, states handed out in blocks to up to `threads` threads.
   template <typename F>
   void over_states(int threads, F f) {
-    threads = std::max(1, std::min(threads, n_ / 64));
     std::atomic<int32_t> next{1};
-    auto work = [&]() {
+    on_threads(std::min(threads, n_ / 64), [&]() {
       for (int32_t lo = next.fetch_add(16); lo < n_; lo = next.fetch_add(16))
         for (int32_t s = lo; s < std::min(n_, lo + 16); ++s) f(s);
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
-    for (auto& th : pool) th.join();
+    });
   }
   int64_t computed() const { return computed_.load(); }
 
@@ -1274,35 +1273,25 @@ class Index {
     return key;
   }
 
-  // The walk of a region this index or the vocabulary's cache already holds (now this index's too), or null.
-  std::shared_ptr<const Region> cached_region(const std::vector<int32_t>& sig, const std::vector<int32_t>* key) const {
+  // The walk of a region this index or the vocabulary's cache already holds (now this index's too), or null;
+  // `key` gets the region's shape key when the vocabulary's cache was asked (a walk made next is shared by it).
+  std::shared_ptr<const Region> cached_region(const std::vector<int32_t>& sig, std::vector<int32_t>& key) const {
     {
       std::lock_guard<std::mutex> lock(regions_mutex_);
       auto it = regions_.find(sig);
       if (it != regions_.end()) return it->second;
     }
-    if (key != nullptr)
-      if (auto got = vocab_->shared_region(*key)) {
-        std::lock_guard<std::mutex> lock(regions_mutex_);
-        return regions_.emplace(sig, std::move(got)).first->second;
-      }
-    return nullptr;
-  }
-
-  bool known_region(const std::vector<int32_t>& sig) const {
-    if (cached_region(sig, nullptr) != nullptr) return true;
-    if (!share_) return false;
-    const std::vector<int32_t> key = shape_key(sig);
-    return cached_region(sig, &key) != nullptr;
+    if (!share_) return nullptr;
+    key = shape_key(sig);
+    auto got = vocab_->shared_region(key);
+    if (!got) return nullptr;
+    std::lock_guard<std::mutex> lock(regions_mutex_);
+    return regions_.emplace(sig, std::move(got)).first->second;
   }
 
   std::shared_ptr<const Region> region_walk(const std::vector<int32_t>& sig) const {
-    if (auto got = cached_region(sig, nullptr)) return got;
     std::vector<int32_t> key;
-    if (share_) {
-      key = shape_key(sig);
-      if (auto got = cached_region(sig, &key)) return got;
-    }
+    if (auto got = cached_region(sig, key)) return got;
     auto r = std::make_shared<Region>();
     const Vocab& v = *vocab_;
     r->stay.assign(words(), 0);
