@@ -33,7 +33,7 @@ from tooldec.decoding import CallController
 from tooldec.decoding.trigger import Triggers
 from tooldec.errors import TokenRejectedError
 from tooldec.eval.metrics import SyntaxChecker
-from tooldec.grammar.calls import name_aliases, with_aliases
+from tooldec.grammar.calls import call_blocks, name_aliases, with_aliases
 from tooldec.integrations.batch import (
     PAYLOAD_KEY,
     CallsOnly,
@@ -41,7 +41,6 @@ from tooldec.integrations.batch import (
     PolicyFactory,
     ToolRequest,
     ToolRequestError,
-    call_blocks,
     check_compiles,
     opening_overlap,
     tool_payload,

@@ -41,7 +41,16 @@ from tooldec.eval.metrics import (
     parse_number,
 )
 from tooldec.eval.restbench_sim import RestSimulator
-from tooldec.grammar.calls import Aliased, CallFormat, CallParseError, ParsedCall, get_format, with_aliases
+from tooldec.grammar.calls import (
+    HERMES_BLOCKS,
+    Aliased,
+    CallFormat,
+    CallParseError,
+    ParsedCall,
+    call_blocks,
+    get_format,
+    with_aliases,
+)
 from tooldec.specs import ToolSet, ToolSpec, from_openai_tools
 from tooldec.toolsets.funcqa import FUNCQA_FUNCTIONS, funcqa_tools
 from tooldec.toolsets.kamel import kamel_tools
@@ -70,9 +79,6 @@ TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 BLOCKS = ((TOOL_CALL_OPEN, TOOL_CALL_CLOSE), (FENCE_OPEN, "\n```"))
 """The shapes a Hermes call is written in, in every decoding mode: tags, or a Markdown JSON block (Qwen)."""
-
-
-_JSON = json.JSONDecoder()
 
 
 class EvalError(ToolDecError, ValueError):
@@ -226,23 +232,14 @@ def hermes_attempts(text: str, truncated: bool, *, guided: bool = False) -> list
     the first after the object ends; a `</tool_call>` inside a string argument closes nothing, and an object the
     token limit cut off is an incomplete attempt, not a format error."""
     out = []
-    opening = re.compile("|".join(re.escape(o) for o, _ in BLOCKS))
     if guided:
-        pos = 0
-        while (m := opening.search(text, pos)) is not None:
-            body = m.end()
-            while body < len(text) and text[body].isspace():
-                body += 1
-            try:
-                end = text.find(dict(BLOCKS)[m.group(0)], _JSON.raw_decode(text, body)[1])
-            except ValueError:
-                end = -1
-            if end < 0:
-                out.append(Attempt(text[m.start():].rstrip(), not truncated))
+        for block in call_blocks(text, HERMES_BLOCKS):
+            if not block.closed:  # cut off by the token limit (the grammar closes every object it completes)
+                out.append(Attempt(text[block.start:].rstrip(), not truncated))
                 break
-            pos = end + len(dict(BLOCKS)[m.group(0)])
-            out.append(Attempt(text[m.start():pos], True))
+            out.append(Attempt(text[block.start:block.end], True))
         return out
+    opening = re.compile("|".join(re.escape(o) for o, _ in BLOCKS))
     found = [(m.start(), m.group(0)) for m in opening.finditer(text)]
     closing = dict(BLOCKS)
     starts = [s for s, _ in found]

@@ -13,7 +13,7 @@ import json
 import keyword
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Protocol
@@ -459,6 +459,50 @@ FORMATS: dict[str, CallFormat] = {
     "llama31": JsonCall(name="llama31", arguments_key="parameters"),
     "mistral": ParallelCalls(JsonCall(), name="mistral"),
 }
+
+
+HERMES_BLOCKS: tuple[tuple[str, str], ...] = tuple((o.strip(), c.strip()) for o, c in FORMATS["hermes"].pairs)  # type: ignore[attr-defined]
+"""(opening, closing) of every shape a Hermes call is written in: `<tool_call>` tags, a Markdown JSON block."""
+
+_JSON = json.JSONDecoder()
+
+
+@dataclass(frozen=True)
+class CallBlock:
+    """One call in a model's text: where its opening starts, its JSON object (as far as written), whether the
+    object is complete, where the block ends (after its closing when that is written) and whether it was."""
+
+    start: int
+    json: str
+    complete: bool
+    end: int
+    closed: bool = False
+
+
+def call_blocks(text: str, blocks: Sequence[tuple[str, str]] = HERMES_BLOCKS) -> list[CallBlock]:
+    """The calls in `text`, each opened by one of `blocks`' openings; a call's object ends where its JSON does
+    (a closing inside a string argument does not end it). The last may be incomplete."""
+    out: list[CallBlock] = []
+    pos = 0
+    while True:
+        found = [(i, o, c) for o, c in blocks if (i := text.find(o, pos)) >= 0]
+        if not found:
+            return out
+        start, opening, closing = min(found)
+        body = start + len(opening)
+        while body < len(text) and text[body].isspace():
+            body += 1
+        try:
+            end = _JSON.raw_decode(text, body)[1] if text.startswith("{", body) else None
+        except ValueError:  # not (yet) a whole JSON value
+            end = None
+        if end is None:
+            out.append(CallBlock(start, text[body:], False, len(text)))
+            return out
+        after = len(text) - len(text[end:].lstrip())
+        closed = text.startswith(closing, after)
+        pos = after + len(closing) if closed else end
+        out.append(CallBlock(start, text[body:end], True, pos, closed))
 
 
 def get_format(name: str | CallFormat) -> CallFormat:

@@ -12,7 +12,8 @@ OpenAI request body's `vllm_xargs`, or `SamplingParams.extra_args`); the JSON ob
 it holds the compiler, whose compiled tool sets are cached) with the call formats of `tooldec serve`, the agents
 and the evaluation: any of the syntax's triggers opens a call (Hermes/Qwen: `<tool_call>` or a Markdown
 ```` ```json ```` block) and a call may name a tool by a unique suffix of its name (`with_aliases`);
-`call_blocks` finds such calls in text (for the vLLM tool parser, which names them by `name_aliases`).
+`tooldec.grammar.calls.call_blocks` finds such calls in text (for the vLLM tool parser, which names them by
+`name_aliases`).
 `PolicyBatch` keeps one policy per batch row and
 follows the engine's batch updates (removed, then added, then moved); before each sampling step it feeds every
 row the tokens generated since the last step, fills all rows' packed masks in one call of the compiled core
@@ -35,7 +36,7 @@ from tooldec.automaton.dfa import DEAD
 from tooldec.compiler import Compiler
 from tooldec.decoding.controller import CallController, MaskSource, Mode, fill_bitmasks
 from tooldec.errors import TokenRejectedError, ToolDecError
-from tooldec.grammar.calls import get_format, with_aliases
+from tooldec.grammar.calls import HERMES_BLOCKS, with_aliases
 from tooldec.specs import ToolSet, from_openai_tools
 
 log = logging.getLogger("tooldec.integrations")
@@ -167,49 +168,6 @@ def _tool_choice(choice: Any, tools: ToolSet) -> tuple[str, str | None]:
             raise ToolRequestError(f"tool_choice names {name!r}, which is not one of the tools ({', '.join(tools.names)})")
         return "required", name
     raise ToolRequestError(f"tool_choice must be a string or an object, not {type(choice).__name__}")
-
-
-HERMES_BLOCKS: tuple[tuple[str, str], ...] = tuple((o.strip(), c.strip()) for o, c in get_format("hermes").pairs)  # type: ignore[attr-defined]
-"""(opening, closing) of every shape a Hermes call is written in: `<tool_call>` tags, a Markdown JSON block."""
-
-
-_JSON = json.JSONDecoder()
-
-
-@dataclass(frozen=True)
-class CallBlock:
-    """One call in a model's text: where its opening starts, its JSON object (as far as written), whether the
-    object is complete, and where the block ends (after its closing when that is written)."""
-
-    start: int
-    json: str
-    complete: bool
-    end: int
-
-
-def call_blocks(text: str, blocks: Sequence[tuple[str, str]] = HERMES_BLOCKS) -> list[CallBlock]:
-    """The calls in `text`, each opened by one of `blocks`' openings; a call's object ends where its JSON does
-    (a closing inside a string argument does not end it). The last may be incomplete."""
-    out: list[CallBlock] = []
-    pos = 0
-    while True:
-        found = [(i, o, c) for o, c in blocks if (i := text.find(o, pos)) >= 0]
-        if not found:
-            return out
-        start, opening, closing = min(found)
-        body = start + len(opening)
-        while body < len(text) and text[body].isspace():
-            body += 1
-        try:
-            end = _JSON.raw_decode(text, body)[1] if text.startswith("{", body) else None
-        except ValueError:  # not (yet) a whole JSON value
-            end = None
-        if end is None:
-            out.append(CallBlock(start, text[body:], False, len(text)))
-            return out
-        after = len(text) - len(text[end:].lstrip())
-        pos = after + len(closing) if text.startswith(closing, after) else end
-        out.append(CallBlock(start, text[body:end], True, pos))
 
 
 def opening_overlap(text: str, blocks: Sequence[tuple[str, str]] = HERMES_BLOCKS) -> int:

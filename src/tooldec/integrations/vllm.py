@@ -43,13 +43,12 @@ from vllm.tool_parsers.abstract_tool_parser import ToolParserManager
 from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
-from tooldec.grammar.calls import name_aliases
+from tooldec.grammar.calls import call_blocks, name_aliases
 from tooldec.integrations.batch import (
     PAYLOAD_KEY,
     PolicyBatch,
     PolicyFactory,
     ToolRequest,
-    call_blocks,
     check_compiles,
     opening_overlap,
     tool_payload,
