@@ -523,11 +523,15 @@ def test_required_keys_without_a_property_and_enum_objects_are_written_as_the_gr
 
 def test_any_value_nests_deep_within_a_state_budget(bytelevel_vocab: Vocabulary) -> None:
     """One place holding any value nests 9 containers deep (10 with an empty innermost one), mixing arrays and
-    objects; more places share the budget, down to MIN_ANY_DEPTH; a schema that subtracts shares a smaller one
-    (7 deep); a fixed any_depth still applies."""
-    from tooldec.grammar.schema import MAX_ANY_DEPTH, MIN_ANY_DEPTH, affordable_any_depth
+    objects; more places share the budget, down to MIN_ANY_DEPTH, under one nesting limit for the document (a place
+    nearer the root nests deeper); a schema that subtracts shares a smaller one (7 deep); a fixed any_depth still
+    applies."""
+    from tooldec.grammar.schema import MAX_ANY_DEPTH, MIN_ANY_DEPTH, any_depth_at, nesting_limit
 
-    assert [affordable_any_depth(n) for n in (1, 2, 4, 8, 16, 32, 100)] == [MAX_ANY_DEPTH, 8, 7, 6, 5, 4, MIN_ANY_DEPTH]
+    uniform = [any_depth_at(nesting_limit([1] * n), 1) for n in (1, 2, 4, 8, 16, 32, 100)]
+    assert uniform == [MAX_ANY_DEPTH, 8, 7, 6, 5, 4, MIN_ANY_DEPTH]
+    assert [any_depth_at(nesting_limit([1, 2, 3, 4]), k) for k in (1, 2, 3, 4)] == [8, 7, 6, 5]
+    assert nesting_limit([]) == 0 and any_depth_at(0, 5) == MIN_ANY_DEPTH
 
     def nest(depth: int, inner: Any = (1, "x")) -> Any:
         value: Any = list(inner)
@@ -547,6 +551,15 @@ def test_any_value_nests_deep_within_a_state_budget(bytelevel_vocab: Vocabulary)
     subtracting = _dfa(schema | {"not": {"required": ["body", "bodyValue"]}})
     assert subtracting.accepts(json.dumps({"extra": nest(7)}).encode())
     assert not subtracting.accepts(json.dumps({"extra": nest(8)}).encode())
+    # four open objects, one inside the other: the root's extra value nests 8 deep, the innermost one's 5
+    chain: dict[str, Any] = {"type": "object"}
+    for name in ("c", "b", "a"):
+        chain = {"type": "object", "properties": {name: chain}}
+    chained = _dfa(chain, additional_properties=True)
+    assert chained.accepts(json.dumps({"extra": nest(8)}).encode())
+    assert not chained.accepts(json.dumps({"extra": nest(9)}).encode())
+    assert chained.accepts(json.dumps({"a": {"b": {"c": {"extra": nest(5)}}}}).encode())
+    assert not chained.accepts(json.dumps({"a": {"b": {"c": {"extra": nest(6)}}}}).encode())
     fixed = compile_dfa(SchemaCompiler(schema, any_depth=2).value())
     assert fixed.accepts(json.dumps({"extra": nest(2)}).encode()) and not fixed.accepts(json.dumps({"extra": nest(3)}).encode())
     assert feed(Compiler(bytelevel_vocab).compile_schema(schema).guide(), bytelevel_vocab.encode(json.dumps({"extra": nest(9)})))

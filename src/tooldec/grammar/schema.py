@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from fractions import Fraction
 from typing import Any, ClassVar
 
@@ -59,10 +60,12 @@ from tooldec.grammar.syntax import JSON, ValueSyntax
 DEFAULT_REF_DEPTH = 3
 # Any value (`true`, `{}`, additionalProperties absent or true, arrays without items) nests MIN_ANY_DEPTH to
 # MAX_ANY_DEPTH containers deep. An automaton must remember, per open container, whether it is an array or an
-# object, so each place holding any value costs about ANY_LEVEL_STATES * 2**(depth + 1) states: a schema's places
-# share ANY_VALUE_BUDGET states, and the depth is the largest that fits (at least MIN_ANY_DEPTH). A schema that
-# subtracts (`not`, `oneOf` exclusivity, `contains`) takes the difference of such automata with scanners that
-# follow nesting as deep: it shares SUBTRACTING_BUDGET (`not: {required: [a, b]}` passes 500,000 DFA states at 9).
+# object, so each place holding any value costs about ANY_LEVEL_STATES * 2**(depth + 1) states. A schema's places
+# share ANY_VALUE_BUDGET states under one nesting limit for the whole document: a place k containers deep holds
+# any value nested limit - k deep (within MIN_ANY_DEPTH..MAX_ANY_DEPTH), the limit the largest that fits, so a
+# value near the root may nest as deep as one further in. A schema that subtracts (`not`, `oneOf` exclusivity,
+# `contains`) takes the difference of such automata with scanners that follow nesting as deep: it shares
+# SUBTRACTING_BUDGET (`not: {required: [a, b]}` passes 500,000 DFA states at 9).
 MIN_ANY_DEPTH = 3
 MAX_ANY_DEPTH = 9
 ANY_LEVEL_STATES = 77
@@ -164,9 +167,10 @@ class SchemaCompiler:
         # (scanners that read values without their schema are given this depth, so they cut nothing).
         self._depth = 0
         self._deepest = 0
-        # the depth of any value in the build under way, and how many places it has been compiled into
-        self._any_depth = MIN_ANY_DEPTH if any_depth is None else any_depth
-        self._any_places = 0
+        # the nesting limit of any values in the build under way (0 builds each at MIN_ANY_DEPTH), and the
+        # container depth of every place one has been compiled into
+        self._any_limit = 0
+        self._any_places: list[int] = []
         self._subtracts = False  # whether the build under way takes a difference of languages
         self._expansions = 0  # subschemas compiled so far (see MAX_EXPANSIONS)
 
@@ -181,19 +185,20 @@ class SchemaCompiler:
     def value(self, schema: Any = None, path: str = "#") -> Node:
         """IR for one value valid under `schema` (default: the root).
 
-        Without a fixed `any_depth`, the schema is built at MIN_ANY_DEPTH first, counting the places that hold
-        any value, and built again at the largest depth whose automata fit ANY_VALUE_BUDGET states together
-        (when it has such places: most tool schemas have none).
+        Without a fixed `any_depth`, the schema is built at MIN_ANY_DEPTH first, noting how deep each place that
+        holds any value is, and built again under the largest nesting limit whose automata fit ANY_VALUE_BUDGET
+        states together (when it has such places: most tool schemas have none).
         """
         target = self.root if schema is None else schema
         if self.any_depth is not None:
             return self._compile(target, path)
         deepest = self._deepest
-        self._any_depth, self._any_places, self._subtracts = MIN_ANY_DEPTH, 0, False
+        self._any_limit, self._any_places, self._subtracts = 0, [], False
         node = self._compile(target, path)
-        depth = affordable_any_depth(self._any_places, SUBTRACTING_BUDGET if self._subtracts else self.any_value_budget)
-        if depth > MIN_ANY_DEPTH and self._any_places:  # without a place the depth changes nothing
-            self._deepest, self._any_depth = deepest, depth
+        places = self._any_places
+        limit = nesting_limit(places, SUBTRACTING_BUDGET if self._subtracts else self.any_value_budget)
+        if any(any_depth_at(limit, k) > MIN_ANY_DEPTH for k in places):  # else the second build changes nothing
+            self._deepest, self._any_limit, self._any_places = deepest, limit, []
             node = self._compile(target, path)
         return node
 
@@ -258,9 +263,10 @@ class SchemaCompiler:
                 # positive inside a flip is a subset a superset loses: only its valid JSON texts must be instances,
                 # and every JSON value is one here, so a scanner (as deep as the grammar nests) cuts nothing
                 return self._any_superset()
-            self._any_places += 1
-            self._reached(self._any_depth + 1)
-            return self.any_value(self._any_depth)
+            self._any_places.append(self._depth)
+            depth = self.any_depth if self.any_depth is not None else any_depth_at(self._any_limit, self._depth)
+            self._reached(depth + 1)
+            return self.any_value(depth)
         if schema is False:
             return NOTHING
         if not isinstance(schema, dict):
@@ -1056,12 +1062,25 @@ class SchemaCompiler:
         return alt(*scalars, array, obj)
 
 
-def affordable_any_depth(places: int, budget: int = ANY_VALUE_BUDGET) -> int:
-    """The deepest any value that `places` copies of can nest within `budget` states (see MIN_ANY_DEPTH)."""
-    depth = MIN_ANY_DEPTH
-    while depth < MAX_ANY_DEPTH and max(places, 1) * ANY_LEVEL_STATES * 2 ** (depth + 2) <= budget:
-        depth += 1
-    return depth
+def any_depth_at(limit: int, k: int) -> int:
+    """How deep any value nests at a place k containers deep under the nesting limit `limit` (see MIN_ANY_DEPTH)."""
+    return max(MIN_ANY_DEPTH, min(MAX_ANY_DEPTH, limit - k))
+
+
+def nesting_limit(places: list[int], budget: int = ANY_VALUE_BUDGET) -> int:
+    """The deepest nesting limit at which places holding any value, at the container depths `places`, fit within
+    `budget` states together (see MIN_ANY_DEPTH); 0 without places."""
+    if not places:
+        return 0
+    counts = Counter(places)
+
+    def cost(limit: int) -> int:
+        return sum(n * ANY_LEVEL_STATES * 2 ** (any_depth_at(limit, k) + 1) for k, n in counts.items())
+
+    limit = min(counts) + MIN_ANY_DEPTH
+    while limit < max(counts) + MAX_ANY_DEPTH and cost(limit + 1) <= budget:
+        limit += 1
+    return limit
 
 
 class _Automaton:
