@@ -43,7 +43,7 @@ def test_tool_sets_are_unions_of_cached_per_tool_automata(bytelevel_vocab, monke
     import random
 
     import tooldec.compiler as compiler_module
-    from tooldec.automaton.compile import compile_dfa
+    from tooldec.automaton.compile import KeyLanguage, compile_dfa
     from tooldec.compiler import Compiler
     from tooldec.grammar.calls import get_format, tools_grammar
     from tooldec.guide import Guide
@@ -58,7 +58,7 @@ def test_tool_sets_are_unions_of_cached_per_tool_automata(bytelevel_vocab, monke
     compiler = Compiler(bytelevel_vocab)
     for fmt in ("json", "python", "toolken"):
         union = compiler.compile(tools[:3], fmt)
-        whole = compile_dfa(tools_grammar(tools[:3], get_format(fmt)))
+        whole = compile_dfa(tools_grammar(tools[:3], get_format(fmt), decide=KeyLanguage))
         whole_index = TokenIndex(whole, compiler.prepared)
         for seed in range(30):
             text = random_walk(union.guide(), random.Random(seed)).text().encode()
@@ -75,7 +75,7 @@ def test_tool_sets_are_unions_of_cached_per_tool_automata(bytelevel_vocab, monke
         monkeypatch.undo()
         assert len(compiler._tools) == cached + 1, "only the new tool is compiled"
         assert joined == [2], "the 3-tool set's automaton joined with the new tool's"
-        whole4 = compile_dfa(tools_grammar(tools, get_format(fmt)))
+        whole4 = compile_dfa(tools_grammar(tools, get_format(fmt), decide=KeyLanguage))
         whole4_index = TokenIndex(whole4, compiler.prepared)
         for seed in range(30):
             text = random_walk(bigger.guide(), random.Random(seed)).text().encode()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooldec.automaton.compile import compile_dfa
+from tooldec.automaton.compile import KeyLanguage, compile_dfa
 from tooldec.compiler import Compiler
 from tooldec.conformance import feed
 from tooldec.grammar.calls import (
@@ -66,13 +66,13 @@ TOOLS = [_tool(n) for n in ("number_of_children", "bordering_cities", "first_nam
 
 def test_an_alias_is_in_the_name_trie_and_parses_to_the_tool() -> None:
     fmt = with_aliases("toolken", TOOLS)
-    dfa = compile_dfa(tools_grammar(TOOLS, fmt))
+    dfa = compile_dfa(tools_grammar(TOOLS, fmt, decide=KeyLanguage))
     assert dfa.accepts(b'<children>("Obama")=') and dfa.accepts(b'<number_of_children>("Obama")=')
     assert not dfa.accepts(b'<name>("x")=') and not dfa.accepts(b'<child>("x")=')
     assert fmt.parse('<children>("Obama")=').name == "number_of_children"
     assert fmt.render(TOOLS[0], {"q": "x"}) == '<number_of_children>("x")='
     # without aliases the prefix trie refuses the model's word
-    assert not compile_dfa(tools_grammar(TOOLS, get_format("toolken"))).accepts(b'<children>("Obama")=')
+    assert not compile_dfa(tools_grammar(TOOLS, get_format("toolken"), decide=KeyLanguage)).accepts(b'<children>("Obama")=')
 
 
 def test_aliases_in_every_format(bytelevel_vocab: Vocabulary) -> None:

@@ -8,7 +8,7 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooldec.automaton.compile import compile_dfa
+from tooldec.automaton.compile import KeyLanguage, compile_dfa
 from tooldec.grammar.numbers import any_number, integer_range, number_range
 
 BOUND = st.one_of(st.none(), st.integers(-1200, 1200))
@@ -131,7 +131,7 @@ def _number_tool(*schemas: dict) -> ToolSpec:
 
 def test_a_guided_number_reaches_a_state_where_only_terminators_are_allowed() -> None:
     # the model of issue 13: `<divide>(48,172.700000…` until the token limit
-    dfa = compile_dfa(tools_grammar([_number_tool({"type": "number"}, {"type": "number"})], ToolkenCall()))
+    dfa = compile_dfa(tools_grammar([_number_tool({"type": "number"}, {"type": "number"})], ToolkenCall(), decide=KeyLanguage))
     state = dfa.step(dfa.start, b"<divide>(48,172.7")
     zeros = 0
     while dfa.step(state, b"0") != DEAD:
@@ -142,9 +142,9 @@ def test_a_guided_number_reaches_a_state_where_only_terminators_are_allowed() ->
     assert dfa.accepts(b"<divide>(48,172.70000000)=")
     # with integers and numbers only, every call ends: the language is finite
     assert _longest(dfa) is not None
-    assert _longest(compile_dfa(tools_grammar([_number_tool({"type": "integer"})], JsonCall()))) is not None
+    assert _longest(compile_dfa(tools_grammar([_number_tool({"type": "integer"})], JsonCall(), decide=KeyLanguage))) is not None
     # digits=None keeps the unbounded grammar
-    assert _longest(compile_dfa(tools_grammar([_number_tool({"type": "number"})], ToolkenCall(digits=None)))) is None
+    assert _longest(compile_dfa(tools_grammar([_number_tool({"type": "number"})], ToolkenCall(digits=None), decide=KeyLanguage))) is None
 
 
 BIG = st.one_of(st.integers(-10**25, 10**25), st.floats(-1e22, 1e22, allow_nan=False, allow_infinity=False),
@@ -156,7 +156,7 @@ BIG = st.one_of(st.integers(-10**25, 10**25), st.floats(-1e22, 1e22, allow_nan=F
        st.sampled_from(["integer", "number"]))
 def test_limits_widen_to_keep_a_bounded_schema_satisfiable(bound: float, key: str, kind: str) -> None:
     schema = {"type": kind, key: bound}
-    dfa = compile_dfa(tools_grammar([_number_tool(schema)], JsonCall(digits=DigitLimits(2, 1, 1))))
+    dfa = compile_dfa(tools_grammar([_number_tool(schema)], JsonCall(digits=DigitLimits(2, 1, 1)), decide=KeyLanguage))
     assert dfa.start != DEAD, schema
     if kind == "number" and key in ("minimum", "maximum"):  # the bound itself is a value
         text = json.dumps(bound) if abs(bound) < 1e16 else str(int(bound))
@@ -168,7 +168,7 @@ def test_limits_widen_to_keep_a_bounded_schema_satisfiable(bound: float, key: st
 def test_the_right_side_of_a_difference_stays_unbounded() -> None:
     # a 22-digit number is a number: `not number` must remove it even though guided numbers stop at 15 digits
     schema = {"enum": [1234567890123456789012, "a"], "not": {"type": "number"}}
-    dfa = compile_dfa(tools_grammar([_number_tool(schema)], JsonCall()))
+    dfa = compile_dfa(tools_grammar([_number_tool(schema)], JsonCall(), decide=KeyLanguage))
     assert dfa.accepts(b'{"name": "divide", "arguments": {"x0": "a"}}')
     assert not dfa.accepts(b'{"name": "divide", "arguments": {"x0": 1234567890123456789012}}')
     assert DigitLimits().for_bounds([1e-10]).fraction == 11

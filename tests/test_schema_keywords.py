@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
-from tooldec.automaton.compile import compile_dfa
+from tooldec.automaton.compile import KeyLanguage, compile_dfa
 from tooldec.compiler import Compiler
 from tooldec.conformance import feed
 from tooldec.errors import EmptyGrammarError, UnsupportedSchemaError
@@ -69,7 +69,7 @@ def _accepts_instance(vocab: Vocabulary, schema: dict[str, Any], instance: Any) 
 
 
 def _dfa(schema: Any, *, additional_properties: bool = False) -> Any:
-    return compile_dfa(SchemaCompiler(schema, additional_properties=additional_properties).value())
+    return compile_dfa(SchemaCompiler(schema, additional_properties=additional_properties, decide=KeyLanguage).value())
 
 
 def _agrees(schema: dict[str, Any], values: list[Any], *, additional_properties: bool = False) -> None:
@@ -560,7 +560,7 @@ def test_any_value_nests_deep_within_a_state_budget(bytelevel_vocab: Vocabulary)
     assert not chained.accepts(json.dumps({"extra": nest(9)}).encode())
     assert chained.accepts(json.dumps({"a": {"b": {"c": {"extra": nest(5)}}}}).encode())
     assert not chained.accepts(json.dumps({"a": {"b": {"c": {"extra": nest(6)}}}}).encode())
-    fixed = compile_dfa(SchemaCompiler(schema, any_depth=2).value())
+    fixed = compile_dfa(SchemaCompiler(schema, any_depth=2, decide=KeyLanguage).value())
     assert fixed.accepts(json.dumps({"extra": nest(2)}).encode()) and not fixed.accepts(json.dumps({"extra": nest(3)}).encode())
     assert feed(Compiler(bytelevel_vocab).compile_schema(schema).guide(), bytelevel_vocab.encode(json.dumps({"extra": nest(9)})))
 

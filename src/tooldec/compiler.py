@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tooldec.automaton.compile import ProductCache, compile_dfa, compile_dfas
+from tooldec.automaton.compile import KeyLanguage, ProductCache, compile_dfa, compile_dfas
 from tooldec.automaton.dfa import DEAD, DFA, union_dfas
 from tooldec.automaton.forced import ForcedText
 from tooldec.errors import EmptyGrammarError
@@ -144,7 +144,7 @@ class Compiler:
         def build() -> CompiledGrammar:
             products = self._products if use_cache else ProductCache()  # cold: shared within this compile only
             if getattr(fmt, "around", None) is not None:  # calls inside a list: one automaton of the whole
-                dfa = compile_dfa(tools_grammar(toolset, fmt, max_ref_depth=self.max_ref_depth), products)
+                dfa = compile_dfa(tools_grammar(toolset, fmt, decide=KeyLanguage, max_ref_depth=self.max_ref_depth), products)
             else:
                 dfa = self._union(toolset, specs, fmt, products, use_cache)
             if dfa.start == DEAD:
@@ -199,7 +199,7 @@ class Compiler:
                         self._tools.move_to_end(key)
                         found[key] = got
         missing = [(tool, key) for tool, key in tools if key not in found]
-        grammars = [tools_grammar([tool], fmt, max_ref_depth=self.max_ref_depth) for tool, _ in missing]
+        grammars = [tools_grammar([tool], fmt, decide=KeyLanguage, max_ref_depth=self.max_ref_depth) for tool, _ in missing]
         for (tool, key), dfa in zip(missing, compile_dfas(grammars, products, threads=self.threads), strict=True):
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no call of this tool can be valid", tool=tool.name, path="#/parameters")
@@ -220,7 +220,8 @@ class Compiler:
 
         def build() -> CompiledGrammar:
             comp = SchemaCompiler(
-                schema, max_ref_depth=self.max_ref_depth, additional_properties=additional_properties
+                schema, decide=KeyLanguage, max_ref_depth=self.max_ref_depth,
+                additional_properties=additional_properties
             )
             dfa = compile_dfa(comp.value(), self._products if use_cache else ProductCache())
             if dfa.start == DEAD:

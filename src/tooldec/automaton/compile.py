@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tooldec import _core
-from tooldec.automaton.dfa import DFA, MAX_DFA_STATES, from_core
+from tooldec.automaton.dfa import DEAD, DFA, MAX_DFA_STATES, from_core
 from tooldec.automaton.product import difference, intersect
 from tooldec.errors import UnsupportedSchemaError
 from tooldec.grammar.ir import Alt, Bytes, Difference, Fields, Intersect, Node, Repeat, Seq
@@ -144,3 +144,16 @@ def compile_dfas(nodes: Sequence[Node], products: ProductCache | None = None, th
         if isinstance(got, str):
             raise UnsupportedSchemaError("size", detail=got)
     return [from_core(got) for got in built]
+
+
+class KeyLanguage:
+    """A small language compiled for a schema's checks (a key language: `Decide` in tooldec.grammar.schema):
+    membership of one byte string, and emptiness."""
+
+    def __init__(self, node: Node) -> None:
+        self.dfa = compile_dfa(node)
+        self.is_empty = self.dfa.start == DEAD
+
+    def accepts(self, data: bytes) -> bool:
+        """Whether `data` is in the language."""
+        return not self.is_empty and bool(self.dfa.accepts(data))

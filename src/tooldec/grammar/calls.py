@@ -22,7 +22,7 @@ from tooldec.errors import EmptyGrammarError, ToolDecError, ToolSpecError
 from tooldec.grammar.canonical import CanonicalWriter
 from tooldec.grammar.ir import NOTHING, Fields, Node, Repeat, alt, lit, opt, seq
 from tooldec.grammar.numbers import DEFAULT_DIGITS, DigitLimits, limit_digits
-from tooldec.grammar.schema import INT_FORMATS, SchemaCompiler
+from tooldec.grammar.schema import INT_FORMATS, Decide, SchemaCompiler
 from tooldec.grammar.syntax import JSON, PYTHON, ValueSyntax
 from tooldec.specs import ToolSpec
 
@@ -59,8 +59,8 @@ class ArgumentCompiler(SchemaCompiler):
     any_value_budget = TOOL_ANY_VALUE_BUDGET
 
     def __init__(self, root: Any, *, digits: DigitLimits | None, syntax: ValueSyntax, tool: str,
-                 max_ref_depth: int) -> None:
-        super().__init__(root, syntax=syntax, tool=tool, max_ref_depth=max_ref_depth)
+                 max_ref_depth: int, decide: Decide) -> None:
+        super().__init__(root, syntax=syntax, tool=tool, max_ref_depth=max_ref_depth, decide=decide)
         self.digits = digits
 
     def _one_type(self, t: str, schema: dict, path: str) -> Node:
@@ -84,7 +84,8 @@ class CallFormat(Protocol):
 
     name: str
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
+             names: tuple[str, ...] = ()) -> Node:
         """IR of every valid call of `tool`, which may also be named by any of `names` (aliases)."""
         ...
 
@@ -109,10 +110,11 @@ class JsonCall:
     def _head(self, name: str) -> str:
         return "{" + json.dumps(self.name_key) + ": " + json.dumps(name) + ", " + json.dumps(self.arguments_key) + ": "
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
+             names: tuple[str, ...] = ()) -> Node:
         """IR of every valid call of `tool` (named by its name or one of `names`)."""
         args = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=JSON, tool=tool.name,
-                                max_ref_depth=max_ref_depth)
+                                max_ref_depth=max_ref_depth, decide=decide)
         head = alt(*(lit(self._head(n)) for n in (tool.name, *names)))
         return seq(head, args.value(path="#/parameters"), lit("}"))
 
@@ -136,10 +138,11 @@ class PythonCall:
     name: str = "python"
     digits: DigitLimits | None = DEFAULT_DIGITS
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
+             names: tuple[str, ...] = ()) -> Node:
         """IR of every valid call of `tool` (named by its name or one of `names` that is an identifier)."""
         comp = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=PYTHON, tool=tool.name,
-                                max_ref_depth=max_ref_depth)
+                                max_ref_depth=max_ref_depth, decide=decide)
         props = tool.parameters.get("properties", {})
         required = set(tool.parameters.get("required", []))
         spellings = [tool.name, *(n for n in names if _PY_IDENT.match(n) and not keyword.iskeyword(n))]
@@ -199,9 +202,10 @@ class Wrapped:
         """The prefixes without their trailing newline: the triggers that open a call (`<tool_call>`, ```` ```json ````)."""
         return tuple(p.rstrip("\n") for p, _ in self.pairs)
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
+             names: tuple[str, ...] = ()) -> Node:
         """IR of every valid call of `tool` (named by its name or one of `names`), between any pair."""
-        body = self.inner.call(tool, max_ref_depth=max_ref_depth, names=names)
+        body = self.inner.call(tool, max_ref_depth=max_ref_depth, decide=decide, names=names)
         return alt(*(seq(lit(p), body, lit(s)) for p, s in self.pairs))
 
     def parse(self, text: str) -> ParsedCall:
@@ -227,10 +231,11 @@ class ToolkenCall:
     name: str = "toolken"
     digits: DigitLimits | None = DEFAULT_DIGITS
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
+             names: tuple[str, ...] = ()) -> Node:
         """IR of every valid call of `tool` (named by its name or one of `names`)."""
         comp = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=PYTHON, tool=tool.name,
-                                max_ref_depth=max_ref_depth)
+                                max_ref_depth=max_ref_depth, decide=decide)
         props = tool.parameters.get("properties", {})
         required = set(tool.parameters.get("required", []))
         values = [(comp.value(sub, f"#/parameters/properties/{p}"), p in required) for p, sub in props.items()]
@@ -272,10 +277,11 @@ class ReactCall:
     name: str = "react"
     digits: DigitLimits | None = DEFAULT_DIGITS
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
+             names: tuple[str, ...] = ()) -> Node:
         """IR of every valid call of `tool` (named by its name or one of `names`)."""
         args = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=JSON, tool=tool.name,
-                                max_ref_depth=max_ref_depth)
+                                max_ref_depth=max_ref_depth, decide=decide)
         name = alt(*(lit(n) for n in (tool.name, *names)))
         return seq(lit("Action: "), name, lit("\nAction Input: "), args.value(path="#/parameters"), lit("\n"))
 
@@ -309,9 +315,10 @@ class ParallelCalls:
     max_calls: int = 8
     name: str = "parallel"
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
+             names: tuple[str, ...] = ()) -> Node:
         """IR of one call of `tool` (the list around calls is `around`)."""
-        return self.inner.call(tool, max_ref_depth=max_ref_depth, names=names)
+        return self.inner.call(tool, max_ref_depth=max_ref_depth, decide=decide, names=names)
 
     def around(self, any_call: Node) -> Node:
         """The list of one to `max_calls` calls."""
@@ -425,9 +432,10 @@ class Aliased:
         digest = hashlib.sha256(json.dumps(self.aliases).encode()).hexdigest()[:16]
         return f"Aliased({self.inner!r}, aliases={len(self.aliases)}:{digest})"
 
-    def call(self, tool: ToolSpec, *, max_ref_depth: int, names: tuple[str, ...] = ()) -> Node:
+    def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
+             names: tuple[str, ...] = ()) -> Node:
         """IR of every valid call of `tool`, named by its name, `names` or its aliases."""
-        return self.inner.call(tool, max_ref_depth=max_ref_depth, names=(*names, *self._of_tool.get(tool.name, ())))
+        return self.inner.call(tool, max_ref_depth=max_ref_depth, decide=decide, names=(*names, *self._of_tool.get(tool.name, ())))
 
     def parse(self, text: str) -> ParsedCall:
         """The call written in `text`, with an alias replaced by the tool's name; raises CallParseError."""
@@ -515,11 +523,12 @@ def get_format(name: str | CallFormat) -> CallFormat:
         raise ToolDecError(f"unknown call format {name!r}; known: {', '.join(FORMATS)}") from None
 
 
-def tools_grammar(tools: Iterable[ToolSpec], fmt: CallFormat, *, max_ref_depth: int = 3) -> Node:
-    """IR of a call of any one of the tools; raises EmptyGrammarError for a tool that no call can satisfy."""
+def tools_grammar(tools: Iterable[ToolSpec], fmt: CallFormat, *, decide: Decide, max_ref_depth: int = 3) -> Node:
+    """IR of a call of any one of the tools; raises EmptyGrammarError for a tool that no call can satisfy.
+    `decide` builds the small languages a schema's keys are checked against (see SchemaCompiler)."""
     calls = []
     for tool in tools:
-        node = fmt.call(tool, max_ref_depth=max_ref_depth)
+        node = fmt.call(tool, max_ref_depth=max_ref_depth, decide=decide)
         if node == NOTHING:
             raise EmptyGrammarError("no value satisfies the parameters schema", tool=tool.name, path="#/parameters")
         calls.append(node)

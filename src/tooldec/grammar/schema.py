@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import jsonschema
 from jsonschema.validators import validator_for
@@ -131,8 +132,24 @@ def _ptr(path: str, *parts: object) -> str:
     return out
 
 
+class Decided(Protocol):
+    """A small language built by the automaton layer: a schema's key language, checked for one key or emptiness."""
+
+    is_empty: bool
+
+    def accepts(self, data: bytes) -> bool:
+        """Whether `data` is in the language."""
+        ...
+
+
+Decide = Callable[[Node], Decided]
+"""Builds a `Decided` language from IR (`tooldec.automaton.compile.KeyLanguage`): passed in by the compiler, so
+the grammar does not import the layer below it."""
+
+
 class SchemaCompiler:
-    """Compiles the subschemas of one root document (so local `$ref`s resolve) to IR nodes."""
+    """Compiles the subschemas of one root document (so local `$ref`s resolve) to IR nodes. Key languages
+    (propertyNames, patternProperties regions) are decided by automata that `decide` builds."""
 
     any_value_budget: ClassVar[int] = ANY_VALUE_BUDGET
     """States the places holding any value share (see ANY_VALUE_BUDGET)."""
@@ -141,6 +158,7 @@ class SchemaCompiler:
         self,
         root: Any,
         *,
+        decide: Decide,
         syntax: ValueSyntax = JSON,
         tool: str | None = None,
         max_ref_depth: int = DEFAULT_REF_DEPTH,
@@ -151,12 +169,13 @@ class SchemaCompiler:
         self.syntax = syntax
         self.tool = tool
         self.max_ref_depth = max_ref_depth
+        self.decide = decide
         self.any_depth = any_depth
         self.additional_properties = additional_properties
         self._active_refs: dict[str, int] = {}
         self._validator: Any = None
         self._sep = lit(syntax.item_sep)
-        self._dfas: dict[Node, _Automaton] = {}
+        self._decided: dict[Node, Decided] = {}  # key languages by node, built once per compiler
         self._any_values: dict[int, Node] = {}  # any_value(depth), built once per compiler
         # Polarity: False while compiling a language that must be a subset of the schema's instances (what
         # the grammar admits), True for the right side of a difference (`not`, the other branches of a
@@ -786,7 +805,7 @@ class SchemaCompiler:
             if not isinstance(name, str):
                 raise self._bad("property names must be strings", _ptr(path, "required"))
             body = syn.dumps(name)[1:-1].encode()
-            if names is not None and not self._dfa(names[0]).accepts(b'"' + body + b'"'):
+            if names is not None and not self._language(names[0]).accepts(b'"' + body + b'"'):
                 if name in req:
                     return NOTHING
                 continue
@@ -795,8 +814,8 @@ class SchemaCompiler:
                 parts.append((props[name], _ptr(path, "properties", name)))
             governed = False  # whether additionalProperties is surely (negative: possibly) void for the key
             for (pat, sub), (lower, upper) in zip(patterns.items(), pattern_keys):
-                surely = self._dfa(lower).accepts(body)
-                maybe = surely or self._dfa(upper).accepts(body)
+                surely = self._language(lower).accepts(body)
+                maybe = surely or self._language(upper).accepts(body)
                 # where the regex readings disagree, positive takes both schemas and negative neither
                 if surely or (maybe and not neg):
                     parts.append((sub, _ptr(path, "patternProperties", pat)))
@@ -951,7 +970,7 @@ class SchemaCompiler:
                 if neg:
                     parts.append((matched, True, Intersect((Difference(keys, surely), maybe))))
                 for part in parts:
-                    if len(pattern_keys) == 1 or not self._dfa(part[2]).is_empty:
+                    if len(pattern_keys) == 1 or not self._language(part[2]).is_empty:
                         split.append(part)
             regions = split
             if len(regions) > MAX_KEY_REGIONS:
@@ -1030,14 +1049,12 @@ class SchemaCompiler:
                 cases.append(Intersect((self._compile(present, path), self._compile(value, _ptr(path, key, name)))))
         return alt(*cases)
 
-    def _dfa(self, node: Node) -> Any:
-        """The automaton of a small node (key languages), cached per compiler."""
-        dfa = self._dfas.get(node)
-        if dfa is None:
-            from tooldec.automaton.compile import compile_dfa
-
-            dfa = self._dfas[node] = _Automaton(compile_dfa(node))
-        return dfa
+    def _language(self, node: Node) -> Decided:
+        """The decided language of a small node (key languages), built once per compiler."""
+        language = self._decided.get(node)
+        if language is None:
+            language = self._decided[node] = self.decide(node)
+        return language
 
     # -- any value --------------------------------------------------------------------------------------
     def any_value(self, depth: int) -> Node:
@@ -1081,17 +1098,6 @@ def nesting_limit(places: list[int], budget: int = ANY_VALUE_BUDGET) -> int:
     while limit < max(counts) + MAX_ANY_DEPTH and cost(limit + 1) <= budget:
         limit += 1
     return limit
-
-
-class _Automaton:
-    """A compiled key language: membership of one byte string and emptiness."""
-
-    def __init__(self, dfa: Any) -> None:
-        self.dfa = dfa
-        self.is_empty = dfa.start == 0
-
-    def accepts(self, data: bytes) -> bool:
-        return not self.is_empty and bool(self.dfa.accepts(data))
 
 
 def _exact(v: float | None) -> Fraction | None:

@@ -181,14 +181,14 @@ def check_compiles(payload: str, syntax: str) -> None:
     enforce (an unsupported keyword, no valid value) is refused before the request runs. Raises
     ToolRequestError. Cached per payload."""
     from tooldec.agents.chat import CHAT_SYNTAXES
-    from tooldec.automaton.compile import compile_dfa
+    from tooldec.automaton.compile import KeyLanguage, compile_dfa
     from tooldec.automaton.dfa import DEAD
     from tooldec.grammar.calls import get_format, tools_grammar
 
     request = ToolRequest.from_payload(payload)
     fmt = get_format(CHAT_SYNTAXES[request.syntax or syntax].format)
     try:
-        dfa = compile_dfa(tools_grammar(request.call_tools, fmt))
+        dfa = compile_dfa(tools_grammar(request.call_tools, fmt, decide=KeyLanguage))
     except ToolDecError as exc:
         raise ToolRequestError(f"tooldec cannot enforce these tools: {exc}") from None
     if dfa.start == DEAD:
