@@ -310,6 +310,10 @@ def test_cli_eval_writes_results_and_resumes(tiny_lm: LoadedModel, shared: Path,
     assert doc["records"][0] == records[0]
     assert doc["summary"]["tooldec"]["syntax_errors"]["any"] == 0.0
     assert (out / "results.md").exists() and (out / "accuracy_errors.png").exists()
+    written = (out / "results.json").read_bytes()
+    third = CliRunner().invoke(app, [*base, "--limit", "2", "--resume"])  # complete: nothing runs, nothing changes
+    assert third.exit_code == 0 and "nothing to resume" in third.output, third.output
+    assert (out / "results.json").read_bytes() == written
 
 
 def test_compressed_descriptions_shorten_the_prompt(tiny_lm: LoadedModel, shared: Path) -> None:

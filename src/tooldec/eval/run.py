@@ -66,6 +66,10 @@ def run_eval(
         "temperature": 0.0,
         "batch_size": batch_size,
     }
+    finished = _finished(out, config) if resume else None
+    if finished is not None:
+        console.print(f"{out / report.RESULTS_FILE} holds this run complete: nothing to resume")
+        return finished
     short = load_compressed(compressed) if compressed else None
     lm = load_model(model, threads=threads)
     bench = prepare(
@@ -110,6 +114,18 @@ def run_eval(
     doc = report.write_results(out, config, records, bench.files, model=model_info, notes=notes)
     console.print(f"wrote {out / report.RESULTS_FILE}, {out / report.TABLE_FILE}, {out / report.MODES_PLOT}")
     return doc
+
+
+def _finished(out: Path, config: dict[str, Any]) -> dict[str, Any] | None:
+    """The results document in `out` when it is this run (same configuration and limit) and complete, so resuming
+    it would only load the model and write the same records again."""
+    path = out / report.RESULTS_FILE
+    if not path.exists():
+        return None
+    doc = report.load_results(path)
+    earlier = doc.get("config", {})
+    same = all(earlier.get(k) == config[k] for k in (*report.RESUME_KEYS, "limit") if k in config)
+    return doc if same and doc.get("complete") else None
 
 
 def _replay_records(path: Path, bench: Benchmark, config: dict[str, Any]) -> dict[str, dict[str, Any]]:
