@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from tooldec.backends.loader import LoadedModel
-from tooldec.eval.compress import cache_key, clean_description, compress_tools
+from tooldec.eval.compress import cache_key, clean_description, compress_tools, doc_key, short_description
 from tooldec.eval.metrics import SyntaxChecker
 from tooldec.eval.runners import (
     TOOL_CALL_OPEN,
@@ -20,13 +20,15 @@ from tooldec.eval.runners import (
     EvalError,
     LenientHermes,
     classify,
+    compressed_block,
     hermes_attempts,
     prepare,
     react_attempts,
+    shortened,
     toolken_attempts,
 )
 from tooldec.grammar.calls import ToolkenCall
-from tooldec.specs import ToolSet, ToolSpec
+from tooldec.specs import ToolSpec, from_openai_tools
 from tooldec.toolsets.funcqa import funcqa_tools
 
 CHAT_TEMPLATE = (
@@ -269,22 +271,28 @@ def test_lenient_hermes() -> None:
 
 
 def test_compress_tools_caches_per_model_and_doc(tiny_lm: LoadedModel) -> None:
-    """Rewrites each tool once; a cached entry with the same key is kept, a changed doc is rewritten."""
-    specs = [
-        ToolSpec("get_weather", "Weather of a city.", {"type": "object", "properties": {"city": {"type": "string"}}}),
-        ToolSpec("area", "Area.", {"type": "object", "properties": {"w": {"type": "number"}}}),
-    ]
+    """Rewrites each documentation once; a cached entry with the same key is kept, a changed doc is rewritten; a
+    name reused with other documentation (as BFCL does across entries) gets its own description."""
+    weather = ToolSpec("get_weather", "Weather of a city.", {"type": "object", "properties": {"city": {"type": "string"}}})
+    area = ToolSpec("area", "Area.", {"type": "object", "properties": {"w": {"type": "number"}}})
+    other_area = ToolSpec("area", "Area of a circle.", {"type": "object", "properties": {"r": {"type": "number"}}})
+    specs = [weather, area, other_area, area]
     doc = compress_tools(tiny_lm, specs, "tiny", max_new_tokens=8)
-    assert set(doc["tools"]) == {"get_weather", "area"}
-    assert doc["tools"]["area"]["tokens_before"] > 0
-    doc["tools"]["get_weather"]["description"] = "KEPT"
-    doc["tools"]["area"]["key"] = "stale"
+    assert set(doc["tools"]) == {doc_key(weather), doc_key(area), doc_key(other_area)}
+    assert doc["tools"][doc_key(area)]["tokens_before"] > 0 and doc["tools"][doc_key(other_area)]["name"] == "area"
+    doc["tools"][doc_key(weather)]["description"] = "KEPT"
+    doc["tools"][doc_key(area)]["key"] = "stale"
+    doc["tools"][doc_key(other_area)]["description"] = "CIRCLE"
     again = compress_tools(tiny_lm, specs, "tiny", doc, max_new_tokens=8)
-    assert again["tools"]["get_weather"]["description"] == "KEPT"
-    assert again["tools"]["area"]["key"] == cache_key("tiny", specs[1])
-    assert cache_key("tiny", specs[0]) != cache_key("other", specs[0])
+    assert again["tools"][doc_key(weather)]["description"] == "KEPT"
+    assert again["tools"][doc_key(area)]["key"] == cache_key("tiny", area)
+    assert cache_key("tiny", weather) != cache_key("other", weather)
     assert clean_description('  "Gets the weather of a city." \nmore') == "Gets the weather of a city."
-    assert ToolSet(specs).names
+    short = {key: entry["description"] for key, entry in again["tools"].items()}
+    listed = shortened([weather, other_area], short)
+    assert [t.description for t in listed] == ["KEPT", "CIRCLE"] and listed["area"].parameters == other_area.parameters
+    assert compressed_block(listed) == "- get_weather(city): KEPT\n- area(r): CIRCLE"
+    assert short_description(short, ToolSpec("new", "Untouched.", {"type": "object"})) == "Untouched."
 
 
 def test_cli_eval_writes_results_and_resumes(tiny_lm: LoadedModel, shared: Path, tmp_path: Path) -> None:
@@ -316,11 +324,38 @@ def test_cli_eval_writes_results_and_resumes(tiny_lm: LoadedModel, shared: Path,
     assert (out / "results.json").read_bytes() == written
 
 
+def test_cli_compress_tools_reads_every_entry_of_a_bfcl_category(
+    tiny_lm: LoadedModel, shared: Path, tmp_path: Path
+) -> None:
+    """`tooldec compress-tools bfcl-simple` rewrites the functions of all the category's entries, one description
+    per distinct documentation; an unknown category is a clear error."""
+    from typer.testing import CliRunner
+
+    from tooldec.cli import app
+    from tooldec.eval.data import load_bfcl
+
+    folder = tmp_path / "model"
+    tiny_lm.model.save_pretrained(folder)
+    tiny_lm.tokenizer.save_pretrained(folder)
+    out = tmp_path / "short.json"
+    args = ["compress-tools", "bfcl-simple", "--model", str(folder), "--out", str(out), "--shared", str(shared)]
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    specs = [s for item in load_bfcl("bfcl-simple", shared).items for s in from_openai_tools(item.functions)]
+    assert set(json.loads(out.read_text())["tools"]) == {doc_key(s) for s in specs}
+    bad = CliRunner().invoke(app, ["compress-tools", "bfcl-nothing", "--model", str(folder), "--out", str(out),
+                                   "--shared", str(shared)])
+    assert bad.exit_code != 0 and "unknown BFCL category" in bad.output
+
+
 def test_compressed_descriptions_shorten_the_prompt(tiny_lm: LoadedModel, shared: Path) -> None:
     """With short descriptions the tool block costs fewer tokens per tool; the note says before and after."""
+    from tooldec.eval.data import load_restbench
+    from tooldec.eval.restbench_sim import RestSimulator
     from tooldec.eval.run import compression_note
 
-    short = {"get_movie": "Movie details.", "search_movie": "Find movies."}
+    tools = RestSimulator(load_restbench("restbench-tmdb", str(shared)).spec).tools
+    short = {doc_key(tool): "Movie details." for tool in tools}
     bench = prepare("restbench-tmdb", tiny_lm, "tooldec", root=str(shared), compressed=short)
     record = bench.run(bench.items[1])
     assert record["syntax_error"] is None

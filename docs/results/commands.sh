@@ -46,3 +46,6 @@ for s in tmdb spotify; do  # the compressed-prompt runs (ToolDec §3.2): descrip
   tooldec compress-tools "$shared/data/restbench/${s}_oas.json" --model "$m" --out "$short"
   modes restbench-$s 8 --compressed "$short"
 done
+short=$runs/compressed-bfcl-multiple-$m.json  # BFCL: the category with several tools per prompt
+tooldec compress-tools bfcl-multiple --model "$m" --out "$short" --shared "$shared"
+modes bfcl-multiple 8 --compressed "$short"

@@ -352,17 +352,27 @@ def eval_report_command(
 
 @app.command("compress-tools")
 def compress_tools_command(
-    tools_file: Path = typer.Argument(..., help="OpenAI/MCP tool list, a BFCL entry or an OpenAPI document."),
+    tools_file: str = typer.Argument(
+        ..., help="OpenAI/MCP tool list, a BFCL entry or an OpenAPI document; or a BFCL category (bfcl-multiple, "
+        "...): the functions of all its entries."
+    ),
     model: str = typer.Option("smollm2", "--model", help="The model that rewrites the documentation."),
     out: Path = typer.Option(..., "--out", help="Compressed tools JSON (also the cache)."),
+    shared: Path | None = typer.Option(None, "--shared", help="Shared folder for a BFCL category (default "
+                                       "$TOOLDEC_SHARED, ../shared)."),
 ) -> None:
     """Rewrite each tool's documentation into a short description (ToolDec §3.2), cached per model and doc."""
     from tooldec.backends import load_model
     from tooldec.eval.compress import compress_tools, read_compressed, write_compressed
-    from tooldec.specs import load_tools_file
+    from tooldec.eval.data import load_bfcl
+    from tooldec.specs import from_openai_tools, load_tools_file
 
     try:
-        specs = load_tools_file(tools_file)
+        if tools_file.startswith("bfcl-") and not Path(tools_file).exists():
+            items = load_bfcl(tools_file, shared).items
+            specs = [spec for item in items for spec in from_openai_tools(item.functions)]
+        else:
+            specs = load_tools_file(tools_file)
         lm = load_model(model)
         doc = compress_tools(lm, specs, model, read_compressed(out), progress=lambda name: err.print(name))
         write_compressed(out, doc)

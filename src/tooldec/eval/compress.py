@@ -1,8 +1,9 @@
 """Prompt compression (ToolDec paper §3.2): a model rewrites each tool's documentation into a short description.
 
 With ToolDec the grammar enforces names, types and syntax, so the prompt only has to say what each tool is
-for. The rewrite is cached in the output file per tool, keyed by the model and the sha256 of the tool's full
-documentation, so a second run only rewrites tools that are new or changed.
+for. The file holds one rewrite per documentation (`doc_key`: BFCL reuses a tool name with other documentation
+across entries), each cached under the model and the sha256 of that documentation, so a second run only rewrites
+tools that are new or changed.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,11 @@ def tool_doc(spec: ToolSpec) -> str:
     return json.dumps(spec.to_openai()["function"], ensure_ascii=False, sort_keys=True)
 
 
+def doc_key(spec: ToolSpec) -> str:
+    """sha256 of the tool's documentation: what a short description stands for (a name alone may not say)."""
+    return hashlib.sha256(tool_doc(spec).encode()).hexdigest()
+
+
 def cache_key(model: str, spec: ToolSpec) -> str:
     """sha256 of the model name, the prompt and the tool's documentation."""
     return hashlib.sha256(f"{model}\0{COMPRESS_PROMPT}\0{tool_doc(spec)}".encode()).hexdigest()
@@ -66,14 +72,18 @@ def compress_tools(
     max_new_tokens: int = 48,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """The compressed-tools document: per tool its key, short description and token counts before and after."""
+    """The compressed-tools document: per documentation (`doc_key`; tools with the same documentation once) the
+    tool's name, its cache key, short description and token counts before and after."""
     old = (cached or {}).get("tools", {})
     decoder = Decoder(lm.model, lm.vocab)
     encode = lambda text: lm.tokenizer.encode(text, add_special_tokens=False)
     tools: dict[str, Any] = {}
     for spec in specs:
+        doc = doc_key(spec)
+        if doc in tools:
+            continue
         key = cache_key(model, spec)
-        entry = old.get(spec.name)
+        entry = old.get(doc)
         if entry is None or entry.get("key") != key:
             prompt = COMPRESS_PROMPT.format(doc=tool_doc(spec))
             if getattr(lm.tokenizer, "chat_template", None):
@@ -84,12 +94,13 @@ def compress_tools(
             gen = decoder.generate([ids], [ctrl], max_new_tokens=max_new_tokens)[0]
             short = clean_description(gen.text) or spec.description
             entry = {
+                "name": spec.name,
                 "key": key,
                 "description": short,
                 "tokens_before": len(encode(tool_doc(spec))),
                 "tokens_after": len(encode(f"{spec.name}: {short}")),
             }
-        tools[spec.name] = entry
+        tools[doc] = entry
         if progress is not None:
             progress(spec.name)
     before = sum(t["tokens_before"] for t in tools.values())
@@ -116,11 +127,16 @@ def read_compressed(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def load_compressed(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Tool name -> short description from a compressed-tools file (written by any model)."""
+    """Documentation key (`doc_key`) -> short description, from a compressed-tools file (written by any model)."""
     doc = read_compressed(path)
     if not doc:
         raise ToolDecError(f"no compressed tools in {os.fspath(path)!r}; run `tooldec compress-tools` first")
-    return {name: entry["description"] for name, entry in doc.get("tools", {}).items()}
+    return {key: entry["description"] for key, entry in doc.get("tools", {}).items()}
+
+
+def short_description(short: Mapping[str, str], spec: ToolSpec) -> str:
+    """The tool's short description in `short` (from load_compressed), or its own description if none was written."""
+    return short.get(doc_key(spec), spec.description)
 
 
 def write_compressed(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -32,6 +32,7 @@ from tooldec.decoding.prefix import PromptPrefix
 from tooldec.errors import ToolDecError
 from tooldec.eval import data as datasets
 from tooldec.eval.bfcl import check_entry
+from tooldec.eval.compress import short_description
 from tooldec.eval.metrics import (
     SyntaxCheck,
     SyntaxChecker,
@@ -474,12 +475,17 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
     )
 
 
-def compressed_block(tools: ToolSet, short: Mapping[str, str]) -> str:
-    """One line per tool, `name(param, ...): short description`, without types or syntax."""
+def shortened(tools: Iterable[ToolSpec], short: Mapping[str, str]) -> ToolSet:
+    """The tools with their short descriptions (`tooldec compress-tools`, keyed by documentation), parameters kept."""
+    return ToolSet([ToolSpec(t.name, short_description(short, t), t.parameters) for t in tools])
+
+
+def compressed_block(tools: ToolSet) -> str:
+    """One line per tool, `name(param, ...): description`, without types or syntax (for shortened tools)."""
     lines = []
     for tool in tools:
         params = ", ".join(tool.parameters.get("properties", {}))
-        lines.append(f"- {tool.name}({params}): {short.get(tool.name, tool.description)}")
+        lines.append(f"- {tool.name}({params}): {tool.description}")
     return "\n".join(lines)
 
 
@@ -498,7 +504,7 @@ def _restbench(
 
         def builder(question: str, tool_set: ToolSet) -> str:
             return react_prompt(question, tool_set).replace(
-                describe_tools(tool_set), compressed_block(tool_set, short)
+                describe_tools(tool_set), compressed_block(shortened(tool_set, short))
             )
 
     max_new = 384
@@ -515,7 +521,7 @@ def _restbench(
     checker = SyntaxChecker(acting, call_format("react", acting, decoding))
     encode = _encode(lm)
     full_text = describe_tools(tools)
-    shown = compressed_block(tools, dict(compressed)) if compressed is not None else full_text
+    shown = compressed_block(shortened(tools, compressed)) if compressed is not None else full_text
     per_tool = len(encode(shown)) / len(tools)
     per_tool_full = len(encode(full_text)) / len(tools)
 
@@ -602,8 +608,8 @@ def _bfcl_tools(specs: Sequence[ToolSpec], short: Mapping[str, str] | None) -> t
     """The tool listing for the system message and the tools given to the chat template."""
     if short is None:
         return "\n".join(json.dumps(s.to_openai(), ensure_ascii=False) for s in specs), [s.to_openai() for s in specs]
-    renamed = [ToolSpec(s.name, short.get(s.name, s.description), s.parameters) for s in specs]
-    return compressed_block(ToolSet(renamed), short), [s.to_openai() for s in renamed]
+    renamed = shortened(specs, short)
+    return compressed_block(renamed), [s.to_openai() for s in renamed]
 
 
 def _bfcl(
