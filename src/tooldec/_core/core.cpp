@@ -723,7 +723,10 @@ py::tuple product(carray<int32_t> a_trans, carray<uint8_t> a_classes, carray<boo
 // Union of several pruned DFAs (one per tool): subset construction over sets of (automaton, state) pairs. The
 // sets are large only while the automata share a prefix (the call's opening, the tool names' common prefixes);
 // after that they are single pairs, whose rows are the automaton's own, renumbered. Every set holds live states
-// only, so the union needs no pruning; its byte classes are the automata's classes refined together.
+// only, so the union needs no pruning; its byte classes are the automata's classes refined together. The first
+// automaton keeps its state numbers, and its rows are copied whole where the joint classes are its own: adding a
+// tool to a cached tool set's automaton (given first) copies that table instead of renumbering it entry by entry
+// (its states on the shared prefix stay, unreachable, in the table).
 py::tuple union_dfas(py::list dfas, int64_t max_states) {
   struct D {
     carray<int32_t> trans;
@@ -826,13 +829,24 @@ py::tuple union_dfas(py::list dfas, int64_t max_states) {
     ids.emplace(key, id);
     return id;
   };
-  Key start;
-  for (size_t i = 0; i < K; ++i)
-    if (ds[i].start != DEAD) start.push_back(static_cast<int64_t>(i) << 32 | static_cast<uint32_t>(ds[i].start));
-  if (!start.empty()) intern(start);
   pair_of.reserve(static_cast<size_t>(total) + 2);
   set_of.reserve(static_cast<size_t>(total) + 2);
   accepting.reserve(static_cast<size_t>(total) + 2);
+  const D& first = ds[0];
+  const int32_t first_n = static_cast<int32_t>(first.trans.shape(0));
+  if (first_n >= max_states) throw SchemaTooLarge("the automaton would exceed " + std::to_string(max_states) + " DFA states");
+  for (int32_t s = 1; s < first_n; ++s) {  // the first automaton's states keep their numbers (DEAD is 0 in both)
+    single_id[static_cast<size_t>(s)] = s;
+    pair_of.push_back(static_cast<uint32_t>(s));
+    set_of.push_back(-1);
+    accepting.push_back(first.acc.data()[s] ? 1 : 0);
+  }
+  bool first_classes = first.nc == nc;  // the joint classes are the first automaton's own: rows copy whole
+  for (int b = 0; b < 256 && first_classes; ++b) first_classes = first.classes.data()[b] == cls[b];
+  Key start;
+  for (size_t i = 0; i < K; ++i)
+    if (ds[i].start != DEAD) start.push_back(static_cast<int64_t>(i) << 32 | static_cast<uint32_t>(ds[i].start));
+  const int32_t start_id = start.empty() ? DEAD : intern(start);
   std::vector<int32_t> trans((static_cast<size_t>(total) + 2) * nc, DEAD);
   auto row_of = [&](size_t n) -> int32_t* {
     if (trans.size() < (n + 1) * nc) trans.resize(std::max(trans.size() * 2, (n + 1) * nc), DEAD);
@@ -846,6 +860,10 @@ py::tuple union_dfas(py::list dfas, int64_t max_states) {
       const size_t i = static_cast<size_t>(pair_of[n] >> 32);
       const D& d = ds[i];
       const int32_t s = static_cast<int32_t>(pair_of[n] & 0xFFFFFFFF);
+      if (i == 0 && first_classes) {
+        std::memcpy(row_of(n), d.trans.data() + static_cast<size_t>(s) * nc, sizeof(int32_t) * nc);
+        continue;
+      }
       const int32_t* off = joint_off.data() + joint_at[i];
       for (int c = 0; c < d.nc; ++c) {
         const int32_t t = d.trans.data()[static_cast<size_t>(s) * d.nc + c];
@@ -876,7 +894,7 @@ py::tuple union_dfas(py::list dfas, int64_t max_states) {
   d.trans = std::move(trans);
   d.classes.assign(cls.begin(), cls.end());
   d.accepting = std::move(accepting);
-  d.start = d.n > 1 ? 1 : DEAD;
+  d.start = start_id;
   return to_python(d);
 }
 
