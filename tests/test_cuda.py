@@ -17,29 +17,14 @@ pytest.importorskip("transformers")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
+from tool_fixtures import TOOLS
+
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, SamplingParams
 from tooldec.decoding.decoder import Decoder
 from tooldec.decoding.logits_processor import ToolDecLogitsProcessor
 from tooldec.decoding.sampling import apply_token_bitmask_inplace
 from tooldec.grammar.calls import FORMATS
-from tooldec.specs import ToolSet, ToolSpec
-from tooldec.toolsets import funcqa_tools
-
-WEATHER = ToolSpec(
-    "get_weather",
-    "Weather in a city.",
-    {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string", "maxLength": 12},
-            "unit": {"enum": ["celsius", "fahrenheit"]},
-            "days": {"type": "integer", "minimum": 1, "maximum": 14},
-        },
-        "required": ["city"],
-    },
-)
-TOOLS = ToolSet([*funcqa_tools(), WEATHER])
 
 
 @pytest.fixture(scope="module")

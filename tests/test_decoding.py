@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from tool_fixtures import TOOLS, WEATHER
+
 from tooldec.agents.toolken import CALL_END as TOOLKEN_CALL_END
 from tooldec.automaton.forced import ForcedText, complete_utf8
 from tooldec.compiler import Compiler
@@ -30,24 +32,7 @@ from tooldec.decoding.sampling import apply_token_bitmask_inplace, sample_token
 from tooldec.eval.runners import spelled_text
 from tooldec.grammar.calls import FORMATS, ParsedCall
 from tooldec.index import PreparedVocab, pack_bool, unpack
-from tooldec.specs import ToolSet, ToolSpec
-from tooldec.toolsets import funcqa_tools
-
-WEATHER = ToolSpec(
-    "get_weather",
-    "Weather in a city.",
-    {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string", "maxLength": 12},
-            "unit": {"enum": ["celsius", "fahrenheit"]},
-            "days": {"type": "integer", "minimum": 1, "maximum": 14},
-            "detailed": {"type": "boolean"},
-        },
-        "required": ["city"],
-    },
-)
-TOOLS = ToolSet([*funcqa_tools(), WEATHER])
+from tooldec.specs import ToolSet
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,8 @@ import pytest
 pytest.importorskip("llama_cpp")
 pytest.importorskip("transformers")
 
+from tool_fixtures import TOOLS
+
 from tooldec.agents.executor import load_executor
 from tooldec.backends.llamacpp import (
     LlamaCppModel,
@@ -33,23 +35,6 @@ from tooldec.decoding import CallController, SamplingParams
 from tooldec.decoding.decoder import Decoder
 from tooldec.errors import ToolDecError
 from tooldec.grammar.calls import FORMATS
-from tooldec.specs import ToolSet, ToolSpec
-from tooldec.toolsets import funcqa_tools
-
-WEATHER = ToolSpec(
-    "get_weather",
-    "Weather in a city.",
-    {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string", "maxLength": 12},
-            "unit": {"enum": ["celsius", "fahrenheit"]},
-            "days": {"type": "integer", "minimum": 1, "maximum": 14},
-        },
-        "required": ["city"],
-    },
-)
-TOOLS = ToolSet([*funcqa_tools(), WEATHER])
 
 
 def check_call(call) -> None:  # type: ignore[no-untyped-def]
