@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tooldec.automaton.compile import compile_dfa
-from tooldec.automaton.dfa import DEAD
+from tooldec.automaton.dfa import DEAD, DFA, union_dfas
 from tooldec.grammar.ir import (
     NOTHING,
     Difference,
@@ -88,6 +88,24 @@ def test_products_agree_with_re(a: tuple[Node, str], b: tuple[Node, str]) -> Non
         assert diff.accepts(w.encode()) == (ina and not inb)
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.lists(EXPRESSIONS, min_size=2, max_size=4), st.booleans())
+def test_unions_agree_with_re(exprs: list[tuple[Node, str]], empty_first: bool) -> None:
+    """The core union accepts what any part accepts, also when its first part is itself a union (adding a tool to
+    a cached set: the first automaton keeps its state numbers) or an empty language; every state it reaches can
+    still finish (its first part's states on the shared prefix stay, unreachable, but live)."""
+    dfas = [compile_dfa(node) for node, _ in exprs]
+    if empty_first:
+        dfas.insert(0, compile_dfa(NOTHING))
+    pats = [re.compile(rx) for _, rx in exprs]
+    grown = union_dfas([union_dfas(dfas[:-1]) if len(dfas) > 2 else dfas[0], dfas[-1]])
+    for union in (union_dfas(dfas), grown):
+        for w in WORDS + ["a,a", "a,b,c", ","]:
+            assert union.accepts(w.encode()) == any(p.fullmatch(w) for p in pats), w
+        assert union.start != DEAD or not any(p.fullmatch(w) for p in pats for w in WORDS)
+        assert _all_can_finish(union)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.booleans(), min_size=1, max_size=5))
 def test_fields_emit_every_ordered_subset_holding_the_required(required: list[bool]) -> None:
@@ -110,14 +128,20 @@ def test_every_live_state_can_finish(expr: tuple[Node, str]) -> None:
     if dfa.start == DEAD:
         return
     # from every state, some accepting state is reachable (pruning), and the dead state is absorbing
-    assert not dfa.trans[DEAD].any()
+    assert _all_can_finish(dfa)
+
+
+def _all_can_finish(dfa: DFA) -> bool:
+    """The dead state is absorbing and some accepting state is reachable from every other state."""
+    if dfa.trans[DEAD].any():
+        return False
     reach = dfa.accepting.copy()
     changed = True
     while changed:
         nxt = reach | np.array([reach[row].any() for row in dfa.trans])
         changed = bool((nxt != reach).any())
         reach = nxt
-    assert reach[1:].all()
+    return bool(reach[1:].all())
 
 
 def test_empty_language_has_dead_start() -> None:
