@@ -72,6 +72,26 @@ def fill_bitmasks(policies: Sequence[Policy], out: np.ndarray, rows: Sequence[in
     _core.fill_bitmasks(out, [p.mask_source() for p in policies], rows_arr, threads)
 
 
+class _Undoable(Protocol):
+    def accept_token(self, token_id: int) -> Any: ...
+    def rollback(self, n: int = 1) -> None: ...
+
+
+def accept_in_turn(policy: _Undoable, tokens: Sequence[int]) -> list[Any]:
+    """`policy.accept_token` of each token in turn; returns the calls they complete. All or none: a rejected token
+    rolls back the ones before it and its TokenRejectedError propagates."""
+    events = []
+    for n, token in enumerate(tokens):
+        try:
+            event = policy.accept_token(token)
+        except TokenRejectedError:
+            policy.rollback(n)
+            raise
+        if event is not None:
+            events.append(event)
+    return events
+
+
 _RUN_ON: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], bool]] = weakref.WeakKeyDictionary()
 
 
@@ -298,16 +318,7 @@ class CallController:
     def accept_tokens(self, tokens: Sequence[int]) -> list[CallEvent]:
         """Take several tokens in turn; returns the calls they complete. All or none: a rejected token undoes
         the ones before it and raises TokenRejectedError."""
-        events: list[CallEvent] = []
-        for n, token in enumerate(tokens):
-            try:
-                event = self.accept_token(token)
-            except TokenRejectedError:
-                self.rollback(n)
-                raise
-            if event is not None:
-                events.append(event)
-        return events
+        return accept_in_turn(self, tokens)
 
     def validate_tokens(self, tokens: Sequence[int]) -> int:
         """How many of `tokens`, from the first, would be accepted in turn (the policy is left as it was)."""

@@ -34,7 +34,7 @@ import numpy as np
 
 from tooldec.automaton.dfa import DEAD
 from tooldec.compiler import Compiler
-from tooldec.decoding.controller import CallController, MaskSource, Mode, fill_bitmasks
+from tooldec.decoding.controller import CallController, MaskSource, Mode, accept_in_turn, fill_bitmasks
 from tooldec.errors import TokenRejectedError, ToolDecError
 from tooldec.grammar.calls import HERMES_BLOCKS, with_aliases
 from tooldec.specs import ToolSet, from_openai_tools
@@ -243,16 +243,8 @@ class CallsOnly:
         return event
 
     def accept_tokens(self, tokens: Sequence[int]) -> list[Any]:
-        events = []
-        for n, token in enumerate(tokens):
-            try:
-                event = self.accept_token(token)
-            except TokenRejectedError:
-                self.rollback(n)
-                raise
-            if event is not None:
-                events.append(event)
-        return events
+        """Take several tokens in turn; all or none (see accept_in_turn)."""
+        return accept_in_turn(self, tokens)
 
     def validate_tokens(self, tokens: Sequence[int]) -> int:
         """How many of `tokens`, from the first, would be accepted in turn (the policy is left as it was)."""
