@@ -456,6 +456,17 @@ def test_decimal_bounds_are_exact(lo: str | None, lo_incl: bool, hi: str | None,
         assert dfa.accepts(t.encode()) == (inside and not t.startswith("-0")) or (t.startswith("-0") and v != 0 and dfa.accepts(t.encode()) == inside), t
 
 
+def test_decimal_bounds_keep_the_exponent_spellings_inside_their_integers() -> None:
+    """With a bound that is not an integer, numbers spelled with an exponent (as `repr` writes 3.14e-83 or 1e+20)
+    are accepted between the integers inside the bounds (found by the differential fuzzer: `{"minimum": -2.5}`
+    rejected 3.14326780433952e-83); plain decimals reach the bounds exactly."""
+    _agrees({"minimum": -2.5}, [3.14326780433952e-83, 1e-83, -1e-83, 1e20, 3.5e-5, -2.5, -2.6, -1e20, 0.5])
+    _agrees({"type": "number", "minimum": -2.5, "maximum": 7.25}, [1e-83, -7e-5, 1e20, 7.25, 7.26, -2.5])
+    _agrees({"exclusiveMaximum": 0.5}, [-1e-83, -1e20, -3.5e-7, 0.5, 0.49])
+    # between a bound and the nearest integer inside it no exponent spelling is written: a subset, never more
+    assert not _dfa({"exclusiveMaximum": 0.5}).accepts(b"1e-83")
+
+
 @SETTINGS
 @given(bound=st.sampled_from([0, 1, 5, 66, -66, 0.1, 0.5, -459.67, 2.25, 1e-5, 123456.789]),
        kind=st.sampled_from(["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"]), seed=st.integers(0, 2**16))

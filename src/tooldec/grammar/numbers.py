@@ -303,6 +303,19 @@ def decimal_range(lo: Fraction | None, lo_incl: bool, hi: Fraction | None, hi_in
     return alt(*parts)
 
 
+def inner_exponents(lo: Fraction | None, lo_incl: bool, hi: Fraction | None, hi_incl: bool) -> Node:
+    """Exponent spellings of the numbers between the integers inside decimal bounds (`minimum: -2.5`: from -2 on),
+    which `decimal_range` leaves out: with `float_safe` they cover what models and `repr` write (1e-83, 2.5e+20);
+    only exponent spellings between a bound and the nearest integer inside it stay out."""
+    ilo = None if lo is None else math.ceil(lo)
+    ihi = None if hi is None else math.floor(hi)
+    ilo_incl = lo_incl or lo is None or ilo != lo
+    ihi_incl = hi_incl or hi is None or ihi != hi
+    if ilo is not None and ihi is not None and (ilo > ihi or (ilo == ihi and not (ilo_incl and ihi_incl))):
+        return NOTHING
+    return Intersect((number_range(ilo, ilo_incl, ihi, ihi_incl), EXPONENT_NUMBER))
+
+
 def integral_spellings(lo: int | None, hi: int | None) -> Node:
     """A superset of the non-exponent numbers that exact arithmetic or a binary float reads as an integer in
     [lo, hi]: `5.0`, `-0`, and decimals within float rounding of an integer (a fraction opening with enough

@@ -42,6 +42,7 @@ from tooldec.grammar.numbers import (
     any_number,
     decimal_range,
     float_safe,
+    inner_exponents,
     integer_range,
     integral_spellings,
     near_spellings,
@@ -654,7 +655,9 @@ class SchemaCompiler:
         if all(v is None or float(v).is_integer() for v in (lo, hi)):
             bounded = number_range(None if lo is None else int(lo), lo_incl, None if hi is None else int(hi), hi_incl)
         else:
-            bounded = decimal_range(_exact(lo), lo_incl, _exact(hi), hi_incl)
+            exact_lo, exact_hi = _exact(lo), _exact(hi)
+            bounded = alt(decimal_range(exact_lo, lo_incl, exact_hi, hi_incl),
+                          inner_exponents(exact_lo, lo_incl, exact_hi, hi_incl))
         # a value within float rounding of a bound compares differently in exact and binary arithmetic
         return float_safe(bounded, [b for b in (_exact(lo), _exact(hi)) if b is not None])
 
