@@ -1,6 +1,6 @@
-"""The mask apply on GPU logits: `apply_token_bitmask_inplace` (torch ops on the logits' device) per step for a
-batch of B rows of a V-token vocabulary, against a bare `masked_fill_` with a ready bool mask (the floor any apply
-pays). Needs CUDA; writes results/gpu_apply.json and .md.
+"""The mask apply on GPU logits: `apply_token_bitmask_inplace` (one Triton kernel where Triton is installed) and
+the torch-ops path per step for a batch of B rows of a V-token vocabulary, against a bare `masked_fill_` with a
+ready bool mask (the floor any apply pays). Needs CUDA; writes results/gpu_apply.json and .md.
 
     python benchmarks/gpu_apply.py [--vocab 151936] [--batches 1,32,256] [--steps 200] [--out benchmarks/results]
 """
@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tooldec.decoding.sampling import apply_token_bitmask_inplace
+from tooldec.decoding.gpu_apply import _kernel
+from tooldec.decoding.sampling import apply_token_bitmask_inplace, apply_with_torch_ops
 
 
 def _time(fn, steps: int) -> list[float]:
@@ -52,6 +53,7 @@ def main() -> None:
         methods = {
             "apply_token_bitmask_inplace, numpy mask": lambda x=logits, m=host: apply_token_bitmask_inplace(x, m),
             "apply_token_bitmask_inplace, GPU mask": lambda x=logits, m=on_gpu: apply_token_bitmask_inplace(x, m),
+            "torch ops (the path without Triton), GPU mask": lambda x=logits, m=on_gpu: apply_with_torch_ops(x, m),
             "masked_fill_ with a ready bool mask": lambda x=logits, k=keep: x.masked_fill_(~k, float("-inf")),
         }
         for name, fn in methods.items():
@@ -60,7 +62,8 @@ def main() -> None:
                          "p99_us": float(np.percentile(t, 99))})
     args.out.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name()
-    doc = {"device": device, "torch": torch.__version__, "steps": args.steps, "rows": rows}
+    doc = {"device": device, "torch": torch.__version__, "triton": _kernel() is not None, "steps": args.steps,
+           "rows": rows}
     (args.out / "gpu_apply.json").write_text(json.dumps(doc, indent=1) + "\n")
     lines = [f"# Mask apply on GPU logits ({device}, torch {torch.__version__}, {args.steps} steps, CUDA events)", "",
              "| B | V | method | median µs | p99 µs |", "|---:|---:|---|---:|---:|"]

@@ -51,6 +51,20 @@ def test_a_bitmask_on_gpu_logits_masks_what_the_cpu_kernel_masks(dtype: str, row
         assert torch.equal(back[kept], logits.to(getattr(torch, dtype)).float()[kept])
 
 
+def test_gpu_logits_are_masked_by_one_triton_kernel_where_triton_is_installed() -> None:
+    pytest.importorskip("triton")
+    from tooldec.decoding.gpu_apply import _kernel, apply_on_gpu
+
+    assert _kernel() is not None
+    logits = torch.zeros((3, 70), device="cuda", dtype=torch.bfloat16)
+    mask = torch.tensor([[1, 0, 0], [-1, -1, 0], [0, 0, 0]], dtype=torch.int32, device="cuda")  # reach: 96 columns
+    assert apply_on_gpu(logits, mask, torch.tensor([0, 1], dtype=torch.int32, device="cuda"))
+    kept = ~torch.isneginf(logits.float().cpu())
+    assert kept[0].nonzero().flatten().tolist() == [0]
+    assert kept[1].nonzero().flatten().tolist() == list(range(64))
+    assert kept[2].all()  # not a listed row: untouched
+
+
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_guided_decoding_on_a_gpu_writes_valid_calls(vocab, gpu_model, fmt: str) -> None:  # type: ignore[no-untyped-def]
     grammar = Compiler(vocab).compile(TOOLS, fmt)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from tooldec import _core
+from tooldec.decoding.gpu_apply import apply_on_gpu
 
 
 @dataclass(frozen=True)
@@ -40,8 +41,8 @@ def apply_token_bitmask_inplace(
     """Set the logits of disallowed tokens to -inf in place: row r of `logits` by row r of the packed
     `int32[B, W]` bitmask, for the rows in `indices` (default all). Columns past the mask's reach are disallowed.
 
-    A contiguous float32 CPU tensor goes through the compiled kernel (no copy, no GIL); anything else (another
-    dtype or device) through torch's own ops on its device."""
+    A contiguous float32 CPU tensor goes through the compiled kernel (no copy, no GIL), a CUDA tensor through one
+    Triton kernel (`gpu_apply`) where Triton is installed; anything else through torch's own ops on its device."""
     if logits.dim() == 1:
         apply_token_bitmask_inplace(logits.unsqueeze(0), _as_2d(bitmask), indices)
         return
@@ -66,6 +67,17 @@ def apply_token_bitmask_inplace(
         )
         return
     words = torch.as_tensor(mask, device=logits.device)
+    if logits.is_cuda and logits.stride(1) == 1 and words.dtype == torch.int32:
+        which = torch.arange(rows, device=logits.device, dtype=torch.int32) if indices is None else torch.as_tensor(
+            list(indices), dtype=torch.int32, device=logits.device)
+        if apply_on_gpu(logits, words.contiguous(), which):
+            return
+    apply_with_torch_ops(logits, words, indices)
+
+
+def apply_with_torch_ops(logits: torch.Tensor, words: torch.Tensor, indices: Sequence[int] | None = None) -> None:
+    """The apply in torch ops on the logits' device (any dtype): every bit unpacked into a bool mask first."""
+    rows, vocab = logits.shape
     shifts = torch.arange(32, device=logits.device, dtype=torch.int32)
     bits = ((words.unsqueeze(-1) >> shifts) & 1).bool().reshape(rows, -1)
     keep = torch.zeros((rows, vocab), dtype=torch.bool, device=logits.device)
