@@ -17,11 +17,10 @@ pytest.importorskip("transformers")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
-from tool_fixtures import TOOLS
+from tool_fixtures import TOOLS, check_sampled_calls
 
 from tooldec.compiler import Compiler
-from tooldec.decoding import CallController, SamplingParams
-from tooldec.decoding.decoder import Decoder
+from tooldec.decoding import CallController
 from tooldec.decoding.logits_processor import ToolDecLogitsProcessor
 from tooldec.decoding.sampling import apply_token_bitmask_inplace
 from tooldec.grammar.calls import FORMATS
@@ -58,7 +57,7 @@ def test_gpu_logits_are_masked_by_one_triton_kernel_where_triton_is_installed() 
     assert _kernel() is not None
     logits = torch.zeros((3, 70), device="cuda", dtype=torch.bfloat16)
     mask = torch.tensor([[1, 0, 0], [-1, -1, 0], [0, 0, 0]], dtype=torch.int32, device="cuda")  # reach: 96 columns
-    assert apply_on_gpu(logits, mask, torch.tensor([0, 1], dtype=torch.int32, device="cuda"))
+    assert apply_on_gpu(logits, mask, [0, 1])
     kept = ~torch.isneginf(logits.float().cpu())
     assert kept[0].nonzero().flatten().tolist() == [0]
     assert kept[1].nonzero().flatten().tolist() == list(range(64))
@@ -67,17 +66,7 @@ def test_gpu_logits_are_masked_by_one_triton_kernel_where_triton_is_installed() 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_guided_decoding_on_a_gpu_writes_valid_calls(vocab, gpu_model, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    grammar = Compiler(vocab).compile(TOOLS, fmt)
-    decoder = Decoder(gpu_model, vocab)
-    prompts = [vocab.encode("call a tool:"), vocab.encode("hello"), vocab.encode("x")]
-    for seed in range(2):
-        gens = decoder.generate(prompts, [CallController(grammar) for _ in prompts],
-                                SamplingParams(temperature=1.0, seed=seed), max_new_tokens=400)
-        for gen in gens:
-            assert gen.finish_reason == "stop", gen.text
-            assert len(gen.events) == 1 and gen.events[0].error is None
-            for call in gen.events[0].calls:
-                jsonschema.validate(call.bind(TOOLS[call.name]), TOOLS[call.name].parameters)
+    check_sampled_calls(gpu_model, vocab, fmt, seeds=2)
 
 
 def test_the_hf_logits_processor_guides_generate_on_a_gpu(vocab, gpu_model) -> None:  # type: ignore[no-untyped-def]

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tool_fixtures import TOOLS, WEATHER
+from tool_fixtures import TOOLS, WEATHER, check_call, check_sampled_calls
 
 from tooldec.agents.toolken import CALL_END as TOOLKEN_CALL_END
 from tooldec.automaton.forced import ForcedText, complete_utf8
@@ -40,26 +40,9 @@ def model(vocab, tiny_llama) -> object:  # type: ignore[no-untyped-def]
     return tiny_llama(vocab.size)
 
 
-def check_call(call, tools: ToolSet = TOOLS) -> None:  # type: ignore[no-untyped-def]
-    """The call names a tool and its arguments validate against that tool's schema."""
-    assert call.name in tools
-    tool = tools[call.name]
-    jsonschema.validate(call.bind(tool), tool.parameters)
-
-
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_random_model_always_writes_valid_calls(vocab, model, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    grammar = Compiler(vocab).compile(TOOLS, fmt)
-    decoder = Decoder(model, vocab)
-    prompts = [vocab.encode("call a tool:"), vocab.encode("hello"), vocab.encode("x")]
-    for seed in range(4):
-        controllers = [CallController(grammar) for _ in prompts]
-        gens = decoder.generate(prompts, controllers, SamplingParams(temperature=1.0, seed=seed), max_new_tokens=400)
-        for gen in gens:
-            assert gen.finish_reason == "stop", gen.text
-            assert len(gen.events) == 1 and gen.events[0].error is None
-            for call in gen.events[0].calls:
-                check_call(call)
+    check_sampled_calls(model, vocab, fmt, seeds=4)
 
 
 def _is_valid_call(call: ParsedCall, tools: ToolSet = TOOLS) -> bool:

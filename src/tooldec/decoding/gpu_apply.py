@@ -5,6 +5,7 @@ benchmarks/results/gpu_apply.md). Used when Triton is importable; it ships with 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -36,12 +37,16 @@ def _kernel() -> Any:
     return apply_bitmask
 
 
-def apply_on_gpu(logits: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor) -> bool:
-    """Apply the `int32[B, W]` packed `mask` (on the logits' device) to the listed `rows` of the 2-D CUDA
-    `logits` in place; False (nothing done) without Triton."""
+def apply_on_gpu(logits: torch.Tensor, mask: torch.Tensor, indices: Sequence[int] | None = None) -> bool:
+    """Apply the `int32[B, W]` packed `mask` (on the logits' device) to the rows `indices` (default all) of the
+    2-D CUDA `logits` in place; False (nothing done) without Triton."""
     kernel = _kernel()
     if kernel is None:
         return False
+    if indices is None:  # made on the device: a host list would be copied over at every step
+        rows = torch.arange(logits.shape[0], dtype=torch.int32, device=logits.device)
+    else:
+        rows = torch.as_tensor(list(indices), dtype=torch.int32, device=logits.device)
     vocab = logits.shape[1]
     grid = (rows.numel(), (vocab + BLOCK - 1) // BLOCK)
     kernel[grid](logits, mask, rows, vocab, mask.shape[1] * 32, logits.stride(0), mask.stride(0), BLOCK=BLOCK)

@@ -67,11 +67,9 @@ def apply_token_bitmask_inplace(
         )
         return
     words = torch.as_tensor(mask, device=logits.device)
-    if logits.is_cuda and logits.stride(1) == 1 and words.dtype == torch.int32:
-        which = torch.arange(rows, device=logits.device, dtype=torch.int32) if indices is None else torch.as_tensor(
-            list(indices), dtype=torch.int32, device=logits.device)
-        if apply_on_gpu(logits, words.contiguous(), which):
-            return
+    gpu = logits.is_cuda and logits.stride(1) == 1 and words.dtype == torch.int32
+    if gpu and apply_on_gpu(logits, words.contiguous(), indices):
+        return
     apply_with_torch_ops(logits, words, indices)
 
 
