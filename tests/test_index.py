@@ -187,6 +187,22 @@ def test_string_fields_share_one_region_walk(bytelevel_vocab: Vocabulary) -> Non
     assert 0 < regions(2) == regions(6)
 
 
+def test_digit_count_states_share_entries_and_stay_exact(vocab: Vocabulary) -> None:
+    """A bounded number counts its digits in states that walk the vocabulary alike once the count left is longer
+    than any digit token: they share one stored entry, and every state's mask is still the brute-force set."""
+    tool = ToolSpec(
+        "f", "", {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "integer"}}, "required": ["x", "y"]}
+    )
+    compiled = Compiler(vocab).compile([tool], "json", use_cache=False)
+    index = compiled.index
+    states = index.reachable_states()
+    assert index.core.num_masks < index.core.computed
+    for s in states:
+        ids, _ = index.transitions(s)
+        assert ids.tolist() == _brute_force(compiled, s)[0]
+        assert np.flatnonzero(unpack(index.bitmask(s), vocab.size)).tolist() == ids.tolist()
+
+
 def test_a_guide_fills_any_row_of_any_bitmask_it_is_given(compiled) -> None:
     """Guide.fill_bitmask writes through a kept data pointer: switching arrays and rows writes the right row of
     the right array, and a wrong array or row is refused instead of written past."""

@@ -48,7 +48,9 @@ constexpr int32_t MAX_REGION_STATES = 128;
 // string's contents); from narrower states (digits, escapes, inside a UTF-8 character) the walk stops at the
 // first byte for most of the vocabulary and is cheap on first visit (under 200 us at 128k tokens).
 constexpr int32_t EXPENSIVE_WIDTH = 128;
-// Region walks a vocabulary keeps for later compiles (each holds a packed mask and its exit tokens).
+// A region state whose exits add more mask words than this is stored from a scan of every word, not a merge.
+constexpr size_t SORTED_EXIT_WORDS = 64;
+// Region walks a vocabulary keeps for later compiles (each holds a packed mask and its exit nodes).
 constexpr size_t REGION_CACHE_SIZE = 256;
 
 template <typename T>
@@ -905,8 +907,18 @@ py::tuple union_dfas(py::list dfas, int64_t max_states) {
 // byte-level transitions between its states and towards its exits), so states of the same shape, such as the
 // contents of every string field of a tool set, share one walk.
 struct Region {
-  std::vector<uint32_t> stay;                          // tokens that end inside the region
-  std::vector<int32_t> exit_tok, exit_pos, exit_idx;  // tokens that leave it: bytes read, which exit
+  std::vector<uint32_t> stay;                 // tokens that end inside the region
+  std::vector<int32_t> stay_words;            // the words of `stay` with a bit set, ascending
+  std::vector<int32_t> exit_node, exit_idx;  // trie nodes whose byte leaves it, and which exit it leads to
+  std::vector<int32_t> used_exits;            // the exits that appear in exit_idx, ascending
+  uint64_t content = 0;                       // a hash of stay and the exits: walks alike hash alike
+
+  // Whether o walks the vocabulary exactly as this region does (same stay tokens, same exits).
+  bool same_walk(const Region& o) const {
+    return content == o.content && stay_words == o.stay_words && exit_node == o.exit_node &&
+           exit_idx == o.exit_idx &&
+           std::all_of(stay_words.begin(), stay_words.end(), [&](int32_t w) { return stay[w] == o.stay[w]; });
+  }
 };
 
 struct SigHash {
@@ -1076,9 +1088,7 @@ class Index {
     entries_ = std::make_unique<std::atomic<Entry*>[]>(n_);
     for (int32_t i = 0; i < n_; ++i) entries_[i].store(nullptr, std::memory_order_relaxed);
   }
-  ~Index() {
-    for (int32_t i = 0; i < n_; ++i) delete entries_[i].load();
-  }
+  ~Index() = default;
   Index(const Index&) = delete;
   Index& operator=(const Index&) = delete;
 
@@ -1107,17 +1117,49 @@ class Index {
     return s;
   }
 
-  // The cached entry of state s, computed on first use (thread-safe: a racing thread's duplicate is dropped).
+  // emit(token) for the tokens ending at trie node k and every token below it that stays alive, when reading
+  // k's byte led to state `at` (a dead byte skips its whole subtree, so an exit costs its live tokens only).
+  // `stack` holds a state per depth (vocabulary's longest token + 1): a region has thousands of exit nodes, and
+  // the caller's one buffer spares each a thread-local lookup.
+  template <typename Emit>
+  void walk_below(int32_t k, int32_t at, int32_t* stack, Emit emit) const {
+    const Vocab& v = *vocab_;
+    const int32_t* nd = v.node_depth_.data();
+    const int32_t* tp = v.tok_ptr_.data();
+    const int32_t* tk = v.tok_.data();
+    stack[nd[k]] = at;
+    for (int32_t j = tp[k]; j < tp[k + 1]; ++j) emit(tk[j]);
+    const int32_t end = v.node_end_[k];
+    for (int32_t q = k + 1; q < end;) {
+      const int32_t d = nd[q];
+      const int32_t t = step(stack[d - 1], v.node_byte_[q]);
+      if (t == DEAD) {
+        q = v.node_end_[q];
+        continue;
+      }
+      stack[d] = t;
+      for (int32_t j = tp[q]; j < tp[q + 1]; ++j) emit(tk[j]);
+      ++q;
+    }
+  }
+
+  // emit(token) for every token that leaves region r through one of its exits (exits: the concrete states).
+  template <typename Emit>
+  void walk_exits(const Region& r, const std::vector<int32_t>& exits, Emit emit) const {
+    thread_local std::vector<int32_t> stack;
+    stack.resize(static_cast<size_t>(vocab_->max_len_) + 1);
+    for (size_t i = 0; i < r.exit_node.size(); ++i) walk_below(r.exit_node[i], exits[r.exit_idx[i]], stack.data(), emit);
+  }
+
+  // The cached entry of state s, computed on first use (thread-safe: the first published entry wins; a racing
+  // thread's duplicate stays owned by the index, unused).
   const Entry& entry(int32_t s) {
     if (s < 0 || s >= n_) throw std::out_of_range("state " + std::to_string(s) + " is not in the automaton");
     Entry* got = entries_[s].load(std::memory_order_acquire);
     if (got != nullptr) return *got;
     Entry* fresh = compute(s);
     Entry* expected = nullptr;
-    if (!entries_[s].compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) {
-      delete fresh;
-      return *expected;
-    }
+    if (!entries_[s].compare_exchange_strong(expected, fresh, std::memory_order_acq_rel)) return *expected;
     computed_.fetch_add(1, std::memory_order_relaxed);
     return *fresh;
   }
@@ -1175,6 +1217,19 @@ class Index {
     });
   }
   int64_t computed() const { return computed_.load(); }
+
+  // The bytes the masks of this index hold (an entry shared by several states counted once).
+  int64_t mask_bytes() const {
+    std::lock_guard<std::mutex> lock(owned_mutex_);
+    int64_t total = 0;
+    for (const auto& e : owned_)
+      total += static_cast<int64_t>(e->dense.size() * sizeof(uint32_t) + e->sparse.size() * sizeof(e->sparse[0]));
+    return total;
+  }
+  int64_t num_masks() const {
+    std::lock_guard<std::mutex> lock(owned_mutex_);
+    return static_cast<int64_t>(owned_.size());
+  }
 
   void fill(int32_t s, int32_t* out) {
     const int32_t W = words();
@@ -1325,11 +1380,8 @@ class Index {
         continue;
       }
       if (c < 0) {
-        for (int32_t j = v.tok_ptr_[k]; j < v.tok_ptr_[v.node_end_[k]]; ++j) {
-          r->exit_tok.push_back(v.tok_[j]);
-          r->exit_pos.push_back(d);
-          r->exit_idx.push_back(-c - 1);
-        }
+        r->exit_node.push_back(k);
+        r->exit_idx.push_back(-c - 1);
         k = v.node_end_[k];
         continue;
       }
@@ -1337,62 +1389,184 @@ class Index {
       for (int32_t j = v.tok_ptr_[k]; j < v.tok_ptr_[k + 1]; ++j) r->stay[v.tok_[j] >> 5] |= 1u << (v.tok_[j] & 31);
       ++k;
     }
+    r->stay_words.resize(static_cast<size_t>(words()) + 1);
+    size_t nz = 0;
+    for (int32_t w = 0; w < words(); ++w) {  // branch-free: each word is written, a set one keeps its place
+      r->stay_words[nz] = w;
+      nz += r->stay[w] != 0;
+    }
+    r->stay_words.resize(nz);
+    std::vector<char> used;
+    for (int32_t x : r->exit_idx) {
+      if (x >= static_cast<int32_t>(used.size())) used.resize(static_cast<size_t>(x) + 1, 0);
+      used[x] = 1;
+    }
+    for (int32_t x = 0; x < static_cast<int32_t>(used.size()); ++x)
+      if (used[x]) r->used_exits.push_back(x);
+    uint64_t h = 1469598103934665603ULL;
+    auto mix = [&h](uint64_t x) { h = (h ^ x) * 1099511628211ULL; };
+    for (int32_t w : r->stay_words) mix((static_cast<uint64_t>(w) << 32) | r->stay[w]);
+    for (size_t i = 0; i < r->exit_node.size(); ++i)
+      mix((static_cast<uint64_t>(r->exit_node[i]) << 32) | static_cast<uint32_t>(r->exit_idx[i]));
+    r->content = h;
     if (share_) vocab_->share_region(key, r);
     std::lock_guard<std::mutex> lock(regions_mutex_);
     return regions_.emplace(sig, std::move(r)).first->second;
   }
 
-  Entry* compute(int32_t s) const {
-    auto* e = new Entry();
+  // A region state's entry: the region's stay tokens, then what its exits add. A region that sets few words (a
+  // number's digit tokens) is built from those words only, so its cost follows its tokens; otherwise (a string's
+  // contents) copying and scanning every word is faster.
+  void region_entry(int32_t s, const Region& r, const std::vector<int32_t>& exits, Entry* e) const {
     const int32_t W = words();
-    std::vector<uint32_t> bits;
-    int64_t count = 0;
-    std::vector<int32_t> sig, exits;
-    if (region_of(s, sig, exits)) {
-      auto r = region_walk(sig);
-      bits = r->stay;
-      const uint8_t* b = vocab_->bytes_.data();
-      for (size_t i = 0; i < r->exit_tok.size(); ++i) {
-        const int32_t t = r->exit_tok[i];
-        int32_t st = exits[r->exit_idx[i]];
-        for (int64_t q = vocab_->off_[t] + r->exit_pos[i]; q < vocab_->off_[t + 1] && st != DEAD; ++q) st = step(st, b[q]);
-        if (st != DEAD) bits[t >> 5] |= 1u << (t & 31);
-      }
-    } else {
-      std::vector<int32_t> ids;
-      walk(s, [&](int32_t t, int32_t) { ids.push_back(t); });
-      if (accepting(s)) ids.insert(ids.end(), vocab_->eos().begin(), vocab_->eos().end());
-      if (static_cast<int64_t>(ids.size()) * 8 < W) {  // few tokens: straight to sparse words
-        std::sort(ids.begin(), ids.end());
-        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-        for (int32_t t : ids) {
-          if (e->sparse.empty() || e->sparse.back().first != (t >> 5)) e->sparse.emplace_back(t >> 5, 0u);
-          e->sparse.back().second |= 1u << (t & 31);
-        }
-        e->count = static_cast<int64_t>(ids.size());
-        return e;
-      }
-      bits.assign(W, 0);
-      for (int32_t t : ids) bits[t >> 5] |= 1u << (t & 31);
+    if (static_cast<int64_t>(r.stay_words.size()) * 16 < W) {
+      sparse_region_entry(s, r, exits, e);
+      return;
     }
+    std::vector<uint32_t> bits(r.stay);
+    walk_exits(r, exits, [&](int32_t t) { bits[t >> 5] |= 1u << (t & 31); });
     if (accepting(s))
       for (int32_t t : vocab_->eos()) bits[t >> 5] |= 1u << (t & 31);
-    int64_t nonzero = 0;
+    store_scanned(std::move(bits), e);
+  }
+
+  // Store a mask given as all its words: dense, or (word, bits) pairs when clearly smaller (a pair takes 8 bytes
+  // against 4 for a dense word).
+  void store_scanned(std::vector<uint32_t> bits, Entry* e) const {
+    const int32_t W = words();
+    int64_t nonzero = 0, count = 0;
     for (uint32_t w : bits) {
       nonzero += w != 0;
       count += popcount32(w);
     }
     e->count = count;
-    if (nonzero * 4 < W) {  // pairs take 8 bytes a word against 4 for dense; sparse when clearly smaller
-      e->sparse.reserve(nonzero);
-      for (int32_t w = 0; w < W; ++w)
-        if (bits[w]) e->sparse.emplace_back(w, bits[w]);
-    } else {
+    if (nonzero * 4 >= W) {
       e->dense = std::move(bits);
+      return;
     }
+    e->sparse.reserve(static_cast<size_t>(nonzero));
+    for (int32_t w = 0; w < W; ++w)
+      if (bits[w]) e->sparse.emplace_back(w, bits[w]);
+  }
+
+  // region_entry() for a region that sets few words: only those words and the ones its exits add are touched
+  // (a merge of two ascending lists).
+  void sparse_region_entry(int32_t s, const Region& r, const std::vector<int32_t>& exits, Entry* e) const {
+    thread_local std::vector<uint32_t> scratch;  // all zero between calls
+    thread_local std::vector<int32_t> added, merged;
+    const int32_t W = words();
+    if (scratch.size() != static_cast<size_t>(W)) scratch.assign(static_cast<size_t>(W), 0);
+    added.clear();
+    for (int32_t w : r.stay_words) scratch[w] = r.stay[w];
+    auto set = [&](int32_t t) {
+      uint32_t& word = scratch[t >> 5];
+      if (word == 0) added.push_back(t >> 5);
+      word |= 1u << (t & 31);
+    };
+    walk_exits(r, exits, set);
+    if (accepting(s))
+      for (int32_t t : vocab_->eos()) set(t);
+    if (added.size() > SORTED_EXIT_WORDS) {  // exits scattered over many words: one scan beats sorting them
+      std::vector<uint32_t> bits(scratch);
+      std::memset(scratch.data(), 0, sizeof(uint32_t) * scratch.size());
+      store_scanned(std::move(bits), e);
+      return;
+    }
+    std::sort(added.begin(), added.end());
+    merged.resize(r.stay_words.size() + added.size());
+    std::merge(r.stay_words.begin(), r.stay_words.end(), added.begin(), added.end(), merged.begin());
+    int64_t count = 0;
+    for (int32_t w : merged) count += popcount32(scratch[w]);
+    e->count = count;
+    if (static_cast<int64_t>(merged.size()) * 4 < W) {
+      e->sparse.resize(merged.size());
+      for (size_t i = 0; i < merged.size(); ++i) e->sparse[i] = {merged[i], scratch[merged[i]]};
+    } else {
+      e->dense = scratch;
+    }
+    for (int32_t w : merged) scratch[w] = 0;
+  }
+
+  // The entry of state s. A region state's follows from its region's walk, the exit states that walk leads to and
+  // whether s accepts: states alike in all three share one entry. The digit-count states of a bounded number
+  // differ only past the longest digit token, so they mostly do: FuncQA's 885 region states need 422 entries
+  // (llama3), which took about 30% off the index time of its compile.
+  Entry* compute(int32_t s) const {
+    std::vector<int32_t> sig, exits;
+    if (region_of(s, sig, exits)) {
+      const Region* r = canonical(region_walk(sig));
+      std::vector<int32_t> key;
+      key.reserve(r->used_exits.size() + 3);
+      const auto id = reinterpret_cast<uintptr_t>(r);
+      key.push_back(static_cast<int32_t>(id & 0xFFFFFFFF));
+      key.push_back(static_cast<int32_t>(static_cast<uint64_t>(id) >> 32));
+      key.push_back(accepting(s) ? 1 : 0);
+      for (int32_t u : r->used_exits) key.push_back(exits[u]);
+      {
+        std::lock_guard<std::mutex> lock(owned_mutex_);
+        auto it = same_entry_.find(key);
+        if (it != same_entry_.end()) return it->second;
+      }
+      auto e = std::make_unique<Entry>();
+      region_entry(s, *r, exits, e.get());
+      std::lock_guard<std::mutex> lock(owned_mutex_);
+      auto [it, fresh] = same_entry_.emplace(std::move(key), e.get());
+      if (fresh) owned_.push_back(std::move(e));
+      return it->second;
+    }
+    Entry* e = own(std::make_unique<Entry>());
+    const int32_t W = words();
+    std::vector<int32_t> ids;
+    walk(s, [&](int32_t t, int32_t) { ids.push_back(t); });
+    if (accepting(s)) ids.insert(ids.end(), vocab_->eos().begin(), vocab_->eos().end());
+    if (static_cast<int64_t>(ids.size()) * 8 < W) {  // few tokens: straight to sparse words
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      for (int32_t t : ids) {
+        if (e->sparse.empty() || e->sparse.back().first != (t >> 5)) e->sparse.emplace_back(t >> 5, 0u);
+        e->sparse.back().second |= 1u << (t & 31);
+      }
+      e->count = static_cast<int64_t>(ids.size());
+      return e;
+    }
+    std::vector<uint32_t> bits(static_cast<size_t>(W), 0);
+    for (int32_t t : ids) bits[t >> 5] |= 1u << (t & 31);
+    store_scanned(std::move(bits), e);
     return e;
   }
 
+  Entry* own(std::unique_ptr<Entry> e) const {
+    std::lock_guard<std::mutex> lock(owned_mutex_);
+    owned_.push_back(std::move(e));
+    return owned_.back().get();
+  }
+
+  // The one region of this index with the same walk (stay tokens and exits) as r: regions of different shapes
+  // can walk alike over a vocabulary (a digit count longer than every digit token), and their states then share
+  // entries through it.
+  const Region* canonical(const std::shared_ptr<const Region>& r) const {
+    std::lock_guard<std::mutex> lock(owned_mutex_);
+    auto known = canonical_of_.find(r.get());
+    if (known != canonical_of_.end()) return known->second;
+    const Region* found = r.get();
+    auto [lo, hi] = by_content_.equal_range(r->content);
+    for (auto it = lo; it != hi; ++it)
+      if (it->second->same_walk(*r)) {
+        found = it->second.get();
+        break;
+      }
+    if (found == r.get()) by_content_.emplace(r->content, r);
+    canonical_of_.emplace(r.get(), found);
+    kept_.push_back(r);  // canonical_of_ is keyed by address: keep every region it names alive
+    return found;
+  }
+
+  mutable std::mutex owned_mutex_;  // guards the four below
+  mutable std::vector<std::unique_ptr<Entry>> owned_;  // every entry computed; entries_ points into them
+  mutable std::unordered_map<std::vector<int32_t>, Entry*, SigHash> same_entry_;
+  mutable std::unordered_multimap<uint64_t, std::shared_ptr<const Region>> by_content_;
+  mutable std::unordered_map<const Region*, const Region*> canonical_of_;
+  mutable std::vector<std::shared_ptr<const Region>> kept_;
   mutable std::mutex regions_mutex_;
   mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const Region>, SigHash> regions_;
   std::vector<int32_t> class_size_, width_;
@@ -1566,6 +1740,8 @@ PYBIND11_MODULE(_core, m) {
       .def("finished", &Index::finished, "Per state: accepting with no way on (only EOS may follow), as a list.")
       .def_property_readonly("words", &Index::words)
       .def_property_readonly("computed", &Index::computed)
+      .def_property_readonly("mask_bytes", &Index::mask_bytes)
+      .def_property_readonly("num_masks", &Index::num_masks)
       .def("cached", &Index::cached, py::arg("state"))
       .def_property_readonly("num_regions", &Index::num_regions)
       .def("compute_all", &Index::compute_all, py::call_guard<py::gil_scoped_release>(), py::arg("threads") = 1)
