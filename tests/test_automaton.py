@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tooldec.automaton.compile import compile_dfa
-from tooldec.automaton.dfa import DEAD, DFA, union_dfas
+from tooldec.automaton.dfa import DEAD, DFA, minimize, union_dfas
 from tooldec.grammar.ir import (
     NOTHING,
     Difference,
@@ -142,6 +142,57 @@ def _all_can_finish(dfa: DFA) -> bool:
         changed = bool((nxt != reach).any())
         reach = nxt
     return bool(reach[1:].all())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(EXPRESSIONS, min_size=1, max_size=4))
+def test_minimize_keeps_the_language_and_leaves_no_two_states_alike(exprs: list[tuple[Node, str]]) -> None:
+    """Minimizing a union (whose tools' alike tails stay apart) gives an automaton equivalent to it, pair of
+    states by pair (an exact check: every state pair reachable together agrees on acceptance), in which no two
+    states are equivalent (Moore refinement, written here independently, splits it into singletons)."""
+    dfas = [compile_dfa(node) for node, _ in exprs]
+    union = union_dfas(dfas) if len(dfas) > 1 else dfas[0]
+    small = minimize(union)
+    assert small.num_states <= union.num_states
+    assert _all_can_finish(small)
+    if union.start == DEAD:
+        assert small.start == DEAD
+        return
+    assert small.start == 1
+    seen = {(union.start, small.start)}
+    todo = list(seen)
+    while todo:
+        a, b = todo.pop()
+        assert bool(union.accepting[a]) == bool(small.accepting[b])
+        for byte in range(256):
+            pair = (int(union.trans[a, union.classes[byte]]), int(small.trans[b, small.classes[byte]]))
+            assert (pair[0] == DEAD) == (pair[1] == DEAD)
+            if pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    block = small.accepting.astype(np.int64)
+    block[DEAD] = 2
+    while True:
+        rows = np.concatenate([block[:, None], block[small.trans]], axis=1)
+        refined = np.unique(rows, axis=0, return_inverse=True)[1].ravel()
+        if len(np.unique(refined)) == len(np.unique(block)):
+            break
+        block = refined
+    assert len(np.unique(block)) == small.num_states
+
+
+def test_compiled_small_tool_sets_are_minimal(bytelevel_vocab) -> None:
+    """A tool set indexed whole is minimized first: tools whose arguments are alike share their tails."""
+    from tooldec.compiler import Compiler
+    from tooldec.specs import ToolSpec
+
+    params = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}
+    tools = [ToolSpec(name, "", params) for name in ("add", "subtract", "multiply")]
+    one = Compiler(bytelevel_vocab).compile(tools[:1], "json", use_cache=False).dfa
+    three = Compiler(bytelevel_vocab).compile(tools, "json", use_cache=False).dfa
+    # three names add a few states each; the arguments' automaton is there once
+    assert three.num_states < one.num_states + 30
+    assert minimize(three).num_states == three.num_states
 
 
 def test_empty_language_has_dead_start() -> None:
