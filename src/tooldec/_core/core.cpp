@@ -938,10 +938,18 @@ Dfa minimize(const int32_t* trans, int32_t n, int32_t nc, const uint8_t* classes
     add_block([&](int32_t s) { return s != DEAD && accepting[s]; });
     add_block([&](int32_t s) { return s != DEAD && !accepting[s]; });
   }
-  std::vector<uint8_t> waiting(first.size() * nc, 1);
+  // splitters: every initial block but the largest (splitting by all blocks but one splits by that one too)
+  std::vector<uint8_t> waiting(first.size() * nc, 0);
   std::vector<std::pair<int32_t, int32_t>> work;
+  int32_t largest = 0;
+  for (int32_t b = 1; b < static_cast<int32_t>(first.size()); ++b)
+    if (end[b] - first[b] > end[largest] - first[largest]) largest = b;
   for (int32_t b = 0; b < static_cast<int32_t>(first.size()); ++b)
-    for (int32_t c = 0; c < nc; ++c) work.emplace_back(b, c);
+    if (b != largest)
+      for (int32_t c = 0; c < nc; ++c) {
+        work.emplace_back(b, c);
+        waiting[static_cast<size_t>(b) * nc + c] = 1;
+      }
   std::vector<int32_t> splitter, touched;
   while (!work.empty()) {
     const auto [b, c] = work.back();
