@@ -208,3 +208,41 @@ def test_tokens_per_tool() -> None:
     assert tokens_per_tool("a b c d", 2, str.split) == 2.0
     with pytest.raises(ValueError):
         tokens_per_tool("a", 0, str.split)
+
+
+def test_closed_objects_declare_required_keys_the_grammar_admits(bytelevel_vocab) -> None:
+    """An object that lists required keys without properties (BFCL's `waste_calculation.calculate`): the grammar
+    admits the keys with any value, and the checker accepts every call the grammar generates (random byte walks
+    through its automaton), where closing with `additionalProperties: false` alone rejected them all."""
+    import random
+
+    from tooldec.compiler import Compiler
+    from tooldec.grammar.calls import get_format
+
+    params = {
+        "type": "object",
+        "properties": {
+            "population": {"type": "object", "required": ["adults", "children"]},
+            "location": {"type": "string"},
+        },
+        "required": ["population", "location"],
+    }
+    tool = ToolSpec("waste", "", params)
+    closed = closed_objects(params)
+    assert closed["properties"]["population"]["properties"] == {"adults": {}, "children": {}}
+    assert closed["properties"]["population"]["additionalProperties"] is False
+    dfa = Compiler(bytelevel_vocab).compile([tool], "json", use_cache=False).dfa
+    checker, parse, rng = SyntaxChecker([tool], "json"), get_format("json").parse, random.Random(0)
+    for _ in range(60):
+        state, text = dfa.start, bytearray()
+        while True:
+            choices = [b for b in range(256) if dfa.trans[state, dfa.classes[b]]]
+            if dfa.accepting[state] and (not choices or len(text) > 400 or rng.random() < 0.3):
+                break
+            choices = [b for b in choices if b < 0x80] or choices  # keep the walks readable where it can
+            byte = rng.choice(choices)
+            text.append(byte)
+            state = int(dfa.trans[state, dfa.classes[byte]])
+        call = parse(text.decode())
+        assert set(call.arguments["population"]) >= {"adults", "children"}
+        assert checker.check(call).kind is None, text.decode()

@@ -10,6 +10,7 @@ import copy
 from typing import Any
 
 from tooldec.specs import ToolSet
+from tooldec.specs.normalize import declare_required
 
 _SUBSCHEMA_KEYS = ("items", "additionalItems", "not", "contains")
 _SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
@@ -17,7 +18,8 @@ _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
 
 
 def closed(schema: Any) -> Any:
-    """A copy of `schema` where every object schema without `additionalProperties` gets it set to false."""
+    """A copy of `schema` where every object schema without `additionalProperties` gets it set to false, its
+    required keys declared (tooldec's grammar admits them with any value; peers get the same language)."""
     schema = copy.deepcopy(schema)
     _close(schema)
     return schema
@@ -29,6 +31,7 @@ def _close(node: Any) -> None:
         return
     if (node.get("type") == "object" or "properties" in node) and "additionalProperties" not in node:
         node["additionalProperties"] = False
+        declare_required(node)
     for key in _SUBSCHEMA_KEYS:
         _close(node.get(key))
     if isinstance(node.get("additionalProperties"), dict):

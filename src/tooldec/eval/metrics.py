@@ -11,7 +11,8 @@
   that misnames a path parameter still matches its operation.
 - Syntax errors of a raw generated call, given the tool set: `format` when it does not parse in the call
   format, `name` when the tool does not exist, `argument` when the arguments fail the tool's JSON Schema
-  (objects without `additionalProperties` closed, as the grammar generates them).
+  (objects without `additionalProperties` closed to their properties and required keys, as the grammar
+  generates them).
 - The fuzzy baseline maps a name to the most similar existing tool name (difflib ratio, first on ties).
 """
 
@@ -29,6 +30,7 @@ import jsonschema
 
 from tooldec.grammar.calls import CallFormat, CallParseError, ParsedCall, get_format
 from tooldec.specs import ToolSet, ToolSpec
+from tooldec.specs.normalize import declare_required
 
 FUNCQA_TOLERANCE = 1e-3
 """ToolkenGPT's relative tolerance for FuncQA answers (0.1%)."""
@@ -144,7 +146,8 @@ class SyntaxChecker:
 
 
 def closed_objects(schema: Any) -> Any:
-    """A copy of `schema` whose objects without `additionalProperties` admit only their declared properties."""
+    """A copy of `schema` whose objects without `additionalProperties` admit only their declared properties and
+    their required keys."""
     out = copy.deepcopy(schema)
     _close(out)
     return out
@@ -163,6 +166,7 @@ def _close(node: Any) -> None:
     )
     if (is_object or "properties" in node) and "additionalProperties" not in node:
         node["additionalProperties"] = False
+        declare_required(node)
     for key, value in node.items():
         if key in ("allOf", "not", "const", "enum", "default", "examples"):
             continue

@@ -148,3 +148,18 @@ def _standard_type(name: Any, tool: str | None, path: str) -> str | None:
 def _unique(items: Iterable[str]) -> list[str]:
     """Drop repeats, keeping first occurrences in order."""
     return list(dict.fromkeys(items))
+
+
+def declare_required(node: dict[str, Any]) -> None:
+    """Declare (in place), with any value, the required keys an object does not list in `properties`, for closing
+    it with `additionalProperties: false` as the grammar reads an object without it: the grammar
+    admits them (a required key with no schema of its own takes additionalProperties, any value when it is
+    absent), where `additionalProperties: false` alone would make the object unsatisfiable (BFCL's
+    `waste_calculation.calculate` lists only `required: [adults, children, singles]` for its population)."""
+    required = node.get("required")
+    properties = node.get("properties", {})
+    if not isinstance(required, list) or not isinstance(properties, dict):
+        return
+    missing = [name for name in required if isinstance(name, str) and name not in properties]
+    if missing:
+        node["properties"] = {**properties, **{name: {} for name in missing}}
