@@ -14,6 +14,8 @@ from tooldec.eval.report import (
     RESULTS_FILE,
     TABLE_FILE,
     ResumeError,
+    environment,
+    environments_with,
     kamel_curve,
     load_results,
     markdown_table,
@@ -89,6 +91,20 @@ def test_partial_results_and_resume(tmp_path: Path) -> None:
     with pytest.raises(ResumeError, match="tools"):
         resume_records(tmp_path, {**config, "tools": 60})
     assert resume_records(tmp_path / "elsewhere", config) == []
+
+
+def test_environments_of_a_resumed_run_accumulate(tmp_path: Path) -> None:
+    """A run keeps what wrote its records: a resume in the same environment adds nothing, a resume in another
+    one (here another torch) adds it, and the current one names the packages that decide a generation."""
+    config = {"benchmark": "kamel", "model": "tiny", "decoding": "free", "tools": 30, "limit": 2}
+    now = environment()
+    assert {"python", "tooldec", "torch", "transformers", "tokenizers", "numpy", "revision"} <= set(now)
+    assert environments_with(tmp_path, now) == [now]
+    write_results(tmp_path, config, _records(2), {}, partial=True, environments=[now])
+    assert environments_with(tmp_path, now) == [now]
+    other = {**now, "torch": "0.0.0"}
+    assert environments_with(tmp_path, other) == [now, other]
+    assert load_results(tmp_path / RESULTS_FILE)["environments"] == [now]
 
 
 def test_comparison_over_runs_with_kamel_plot(tmp_path: Path) -> None:

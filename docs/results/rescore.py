@@ -42,7 +42,7 @@ def rescore(folder: Path, root: str) -> tuple[int, int]:
             record["syntax_error"], record["calls"] = kind, calls
     if changed:
         report.write_results(folder, config, doc["records"], doc["data"], model=doc["model"], notes=doc["notes"],
-                             partial=not doc["complete"])
+                             partial=not doc["complete"], environments=doc.get("environments", []))
     return changed, len(doc["records"])
 
 

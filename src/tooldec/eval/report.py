@@ -14,6 +14,8 @@ import dataclasses
 import datetime
 import json
 import os
+import platform
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +29,7 @@ TABLE_FILE = "results.md"
 MODES_PLOT = "accuracy_errors.png"
 KAMEL_PLOT = "kamel_tools.png"
 RESUME_KEYS = ("benchmark", "model", "decoding", "tools", "format", "compressed", "seed", "tool_choice")
+ENVIRONMENT_PACKAGES = ("tooldec", "torch", "transformers", "tokenizers", "numpy")
 """Config entries that must agree for a partial run to be resumed (`limit` may grow)."""
 
 
@@ -83,8 +86,10 @@ def write_results(
     model: str | Mapping[str, Any] | None = None,
     notes: Sequence[str] = (),
     partial: bool = False,
+    environments: Sequence[Mapping[str, str]] = (),
 ) -> dict[str, Any]:
-    """Write results.json (atomically) and, for a finished run, results.md and the plots; return the document."""
+    """Write results.json (atomically) and, for a finished run, results.md and the plots; return the document.
+    `environments`: what wrote the records, one entry per environment a resumed run went through."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary = summarize(records, config.get("decoding"))
@@ -96,6 +101,7 @@ def write_results(
         "model": model if model is not None else config.get("model"),
         "data": dict(data_files),
         "notes": list(notes),
+        "environments": [dict(e) for e in environments],
         "summary": summary,
         "records": [dict(r) for r in records],
     }
@@ -362,6 +368,44 @@ def _pct(value: Any) -> str:
 def _num(value: Any, digits: int) -> str:
     """A number rounded to `digits`, blank when unknown."""
     return "" if value is None else f"{value:.{digits}f}"
+
+
+def environment() -> dict[str, str]:
+    """What writes records now: Python, the versions of the packages that decide a generation, and the commit of
+    tooldec's code (a frozen install's REVISION file, docs/results/frozen_env.sh; else the checkout's HEAD,
+    "+dirty" when it has changes)."""
+    env = {"python": platform.python_version()}
+    for package in ENVIRONMENT_PACKAGES:
+        try:
+            env[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            env[package] = "none"
+    env["revision"] = _revision()
+    return env
+
+
+def _revision() -> str:
+    """The commit tooldec's code comes from, or "unknown"."""
+    package = Path(__file__).resolve().parents[1]
+    stamp = package / "REVISION"
+    if stamp.is_file():
+        return stamp.read_text(encoding="utf-8").strip()
+    try:
+        head = subprocess.run(["git", "-C", str(package), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(package), "status", "--porcelain", "--", "."], capture_output=True,
+                               text=True, check=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def environments_with(out_dir: str | os.PathLike[str], current: Mapping[str, str]) -> list[dict[str, str]]:
+    """The environments recorded in `out_dir`'s results (a run being resumed), with `current` added when it
+    differs from the last one."""
+    path = Path(out_dir) / RESULTS_FILE
+    earlier = list(load_results(path).get("environments", [])) if path.exists() else []
+    return earlier if earlier and earlier[-1] == dict(current) else [*earlier, dict(current)]
 
 
 def _version() -> str:

@@ -84,6 +84,7 @@ def run_eval(
     config.update({k: v for k, v in bench.config.items() if k not in config or config[k] is None})
     config["shared"] = os.fspath(shared) if shared else os.environ.get("TOOLDEC_SHARED", "../shared")
     records = report.resume_records(out, config) if resume else []
+    environments = report.environments_with(out, report.environment()) if resume else [report.environment()]
     chosen = list(bench.items[:limit] if limit is not None else bench.items)
     todo = report.pending(chosen, records)
     ids = {item.id for item in chosen}
@@ -102,7 +103,8 @@ def run_eval(
         for first in range(0, len(todo), batch_size):
             batch = todo[first : first + batch_size]
             records.extend(bench.run_batch(batch))
-            report.write_results(out, config, records, bench.files, model=model_info, notes=bench.notes, partial=True)
+            report.write_results(out, config, records, bench.files, model=model_info, notes=bench.notes, partial=True,
+                                 environments=environments)
             bar.update(task, advance=len(batch), description=_status(bench.name, records))
     notes = bench.notes + ([compression_note(records)] if compressed else [])
     if replay is not None:
@@ -111,7 +113,8 @@ def run_eval(
             f"{done} of {len(records)} fuzzy records score the free run's generations ({os.fspath(replay)}) "
             "with fuzzy name matching; greedy decoding of the same prompt writes the same text in both modes."
         )
-    doc = report.write_results(out, config, records, bench.files, model=model_info, notes=notes)
+    doc = report.write_results(out, config, records, bench.files, model=model_info, notes=notes,
+                               environments=environments)
     console.print(f"wrote {out / report.RESULTS_FILE}, {out / report.TABLE_FILE}, {out / report.MODES_PLOT}")
     return doc
 
