@@ -64,12 +64,12 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-
 def _minimized(dfa: DFA) -> DFA:
     """`dfa` minimized when its index is built whole (EAGER_STATES): there every state costs its mask at compile
     time, and minimizing takes under a millisecond (FuncQA: 1,487 -> 357 states in 0.7 ms). Larger automata are
     indexed lazily, and minimizing them costs more than it saves (tools200: 26 ms)."""
     return minimize(dfa) if dfa.num_states <= EAGER_STATES else dfa
+
 
 class Compiler:
     """Compiles tool sets for one model; results are cached per (tool set or schema, format, options).

@@ -29,8 +29,9 @@ TABLE_FILE = "results.md"
 MODES_PLOT = "accuracy_errors.png"
 KAMEL_PLOT = "kamel_tools.png"
 RESUME_KEYS = ("benchmark", "model", "decoding", "tools", "format", "compressed", "seed", "tool_choice")
-ENVIRONMENT_PACKAGES = ("tooldec", "torch", "transformers", "tokenizers", "numpy")
 """Config entries that must agree for a partial run to be resumed (`limit` may grow)."""
+ENVIRONMENT_PACKAGES = ("tooldec", "torch", "transformers", "tokenizers", "numpy")
+"""The packages whose versions a results document records: those that decide a generation."""
 
 
 class ResumeError(ToolDecError, ValueError):
