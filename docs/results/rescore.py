@@ -2,9 +2,9 @@
 
 A BFCL record keeps the text the model wrote; its verdicts (`syntax_error`, `calls`) come from the checker of the
 code that ran it. When the checker changes (bad935a: closed objects declare their required keys), this brings
-finished and partial runs to the current one: each record's text goes through the same steps as
-`tooldec.eval.runners` (Hermes attempts, the format's or the lenient parser, SyntaxChecker). Accuracy does not
-depend on these verdicts and is left as it is. Prints one line per run that changed.
+finished and partial runs to the current one: each record's text goes through `tooldec.eval.runners.bfcl_calls`,
+the reading the runner scores with. Accuracy does not depend on these verdicts and is left as it is. Prints one
+line per run that changed.
 
 Usage: python docs/results/rescore.py RUN_DIR [RUN_DIR ...]   (needs $TOOLDEC_SHARED or ../shared)
 """
@@ -17,8 +17,7 @@ from pathlib import Path
 
 from tooldec.eval import data as datasets
 from tooldec.eval import report
-from tooldec.eval.metrics import SyntaxChecker
-from tooldec.eval.runners import LenientHermes, call_format, hermes_attempts, verdicts
+from tooldec.eval.runners import bfcl_calls
 from tooldec.specs import from_openai_tools
 
 
@@ -29,14 +28,10 @@ def rescore(folder: Path, root: str) -> tuple[int, int]:
     if not config["benchmark"].startswith("bfcl-") or config.get("compressed"):
         return 0, len(doc["records"])
     items = {item.id: item for item in datasets.load_bfcl(config["benchmark"], root).items}
-    decoding = config["decoding"]
-    parse = None if decoding == "tooldec" else LenientHermes().parse
     changed = 0
     for record in doc["records"]:
         specs = from_openai_tools(items[record["id"]].functions)
-        checker = SyntaxChecker(specs, call_format("hermes", specs, decoding))
-        attempts = hermes_attempts(record["text"], record["finish_reason"] == "length", guided=decoding == "tooldec")
-        kind, calls = verdicts(checker, attempts, fuzzy=decoding == "fuzzy", parse=parse)
+        kind, calls, _ = bfcl_calls(specs, record["text"], record["finish_reason"], config["decoding"])
         if (kind, calls) != (record["syntax_error"], record["calls"]):
             changed += 1
             record["syntax_error"], record["calls"] = kind, calls

@@ -612,6 +612,31 @@ def _bfcl_tools(specs: Sequence[ToolSpec], short: Mapping[str, str] | None) -> t
     return compressed_block(renamed), [s.to_openai() for s in renamed]
 
 
+def bfcl_calls(
+    specs: Sequence[ToolSpec], text: str, finish_reason: str, decoding: str
+) -> tuple[str | None, list[dict[str, Any]], list[ParsedCall]]:
+    """A BFCL generation's syntax verdicts (the item's, then one per call) and the calls it made, read as scored.
+
+    The one reading of a recorded BFCL text: the runner scores generations with it and docs/results/rescore.py
+    brings stored verdicts to the current checker with it.
+    """
+    fuzzy = decoding == "fuzzy"
+    parse = None if decoding == "tooldec" else LenientHermes().parse
+    checker = SyntaxChecker(specs, call_format("hermes", specs, decoding))
+    attempts = hermes_attempts(text, finish_reason == "length", guided=decoding == "tooldec")
+    kind, calls = verdicts(checker, attempts, fuzzy=fuzzy, parse=parse)
+    made = []
+    for attempt in attempts:
+        if not attempt.complete:
+            continue
+        try:
+            call = (parse or checker.format.parse)(attempt.text)
+        except CallParseError:
+            continue
+        made.append(fuzzy_call(call, specs) if fuzzy else call)
+    return kind, calls, made
+
+
 def _bfcl(
     benchmark: str,
     lm: LoadedModel,
@@ -628,7 +653,6 @@ def _bfcl(
     compiler = lm.compiler
     decoder = Decoder(lm.model, lm.vocab)
     encode = _encode(lm)
-    fuzzy = decoding == "fuzzy"
     max_new = 256 if parallel else 160
     choice: Literal["auto", "required"] = "required" if tool_choice == "required" else "auto"
     start_tokens = Trigger(compiler.prepared, TOOL_CALL_OPEN).tokens() if tool_choice == "required" else []
@@ -660,20 +684,8 @@ def _bfcl(
         specs = from_openai_tools(item.functions)
         tool_text, _ = _bfcl_tools(specs, compressed)
         full_text, _ = _bfcl_tools(specs, None)
-        parse = None if decoding == "tooldec" else LenientHermes().parse
-        checker = SyntaxChecker(specs, call_format("hermes", specs, decoding))
         text = spelled_text(lm.vocab, gen.tokens) if gen.tokens else gen.text  # a replayed record has no tokens
-        attempts = hermes_attempts(text, gen.finish_reason == "length", guided=decoding == "tooldec")
-        kind, calls = verdicts(checker, attempts, fuzzy=fuzzy, parse=parse)
-        made = []
-        for attempt in attempts:
-            if not attempt.complete:
-                continue
-            try:
-                call = (parse or checker.format.parse)(attempt.text)
-            except CallParseError:
-                continue
-            made.append(fuzzy_call(call, specs) if fuzzy else call)
+        kind, calls, made = bfcl_calls(specs, text, gen.finish_reason, decoding)
         try:
             verdict = check_entry(data.category, item.functions, made, item.possible_answer)
             correct, why = verdict.valid, verdict.error_type
