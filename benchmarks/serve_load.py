@@ -41,6 +41,8 @@ from typing import Any
 import httpx
 import jsonschema
 
+from tooldec.specs.normalize import closed_objects
+
 ROOT = Path(__file__).resolve().parent
 
 TOOLS: list[dict[str, Any]] = [
@@ -87,19 +89,7 @@ QUESTIONS = [
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 
-def closed(schema: Any) -> Any:
-    """The schema with additionalProperties false on every object that does not say otherwise."""
-    if isinstance(schema, dict):
-        out = {k: closed(v) for k, v in schema.items()}
-        if out.get("type") == "object" and "additionalProperties" not in out:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [closed(v) for v in schema]
-    return schema
-
-
-VALIDATORS = {name: jsonschema.Draft202012Validator(closed(s), format_checker=jsonschema.FormatChecker())
+VALIDATORS = {name: jsonschema.Draft202012Validator(closed_objects(s), format_checker=jsonschema.FormatChecker())
               for name, s in SCHEMAS.items()}
 
 

@@ -38,9 +38,9 @@ from tooldec.bench.runner import (
     run,
     run_cell,
 )
-from tooldec.bench.schema import call_schema, closed
+from tooldec.bench.schema import call_schema
 from tooldec.bench.workloads import bfcl_cases, kamel_tools, load_workload, rich_tools, synthetic_tools
-from tooldec.specs import ToolSet
+from tooldec.specs import ToolSet, ToolSpec
 from tooldec.toolsets import funcqa_tools
 from tooldec.vocab import Vocabulary
 
@@ -103,10 +103,50 @@ def test_forced_calls_are_valid_under_the_peer_schema(tools: ToolSet, vocab: Voc
     assert json.loads(unknown_call_text(tools))["name"] not in tools
 
 
-def test_closed_schema_closes_nested_objects() -> None:
-    schema = closed(rich_tools()["book_flight"].parameters)
+def test_peer_schema_closes_nested_objects() -> None:
+    schema = call_schema(rich_tools())["properties"]["arguments"]
     assert schema["additionalProperties"] is False
     assert schema["properties"]["lead_passenger"]["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    ("parameters", "keys"),
+    [
+        (
+            {
+                "type": "object",
+                "allOf": [
+                    {"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                    {"properties": {"b": {"type": "string"}}, "required": ["b"]},
+                ],
+            },
+            [{"a", "b"}],
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"kind": {"type": "string"}},
+                "required": ["kind"],
+                "anyOf": [
+                    {"properties": {"x": {"type": "integer"}}, "required": ["x"]},
+                    {"properties": {"y": {"type": "string"}}, "required": ["y"]},
+                ],
+            },
+            [{"kind", "x"}, {"kind", "y"}],
+        ),
+    ],
+    ids=["allOf", "anyOf"],
+)
+def test_peer_schema_takes_the_calls_of_objects_made_of_parts(
+    parameters: dict, keys: list[set[str]], vocab: Vocabulary
+) -> None:
+    """The grammar merges an object's parts; the peer schema must not close each part against the others."""
+    tools = ToolSet([ToolSpec("parts", "", parameters)])
+    texts = forced_calls(tools, vocab)
+    assert texts
+    for text in texts:
+        assert set(json.loads(text)["arguments"]) in keys
+        validate(json.loads(text), call_schema(tools))
 
 
 def test_tooldec_engine_passes_the_check_and_reports_figures(tok_dir: Path, vocab: Vocabulary) -> None:

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from tooldec.eval.metrics import (
     SyntaxChecker,
     accuracy,
-    closed_objects,
     correct_path,
     extra_calls,
     funcqa_correct,
@@ -25,6 +24,7 @@ from tooldec.eval.metrics import (
 )
 from tooldec.grammar.calls import ParsedCall
 from tooldec.specs import ToolSpec
+from tooldec.specs.normalize import closed_objects
 from tooldec.toolsets import funcqa_tools
 
 
@@ -160,23 +160,6 @@ def test_syntax_checker_binds_positional_arguments() -> None:
     assert checker.check(ParsedCall("add", {}, (1, 2))).kind is None
     assert checker.check(ParsedCall("sqrt", {}, (1, 2))).kind == "argument"
     assert checker.check(ParsedCall("sqrt", {}, ("x",))).kind == "argument"
-
-
-def test_closed_objects_leaves_explicit_and_all_of_alone() -> None:
-    schema = {
-        "type": "object",
-        "properties": {
-            "a": {"type": "object", "properties": {}},
-            "b": {"type": "object", "additionalProperties": True},
-        },
-        "allOf": [{"properties": {"c": {}}}],
-    }
-    closed = closed_objects(schema)
-    assert closed["additionalProperties"] is False
-    assert closed["properties"]["a"]["additionalProperties"] is False
-    assert closed["properties"]["b"]["additionalProperties"] is True
-    assert "additionalProperties" not in closed["allOf"][0]
-    assert "additionalProperties" not in schema
 
 
 def test_syntax_error_rates() -> None:

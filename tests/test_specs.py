@@ -22,6 +22,7 @@ from tooldec.specs import (
     normalize_schema,
     openapi_operations,
 )
+from tooldec.specs.normalize import closed_objects
 
 EMPTY = {"type": "object", "properties": {}, "required": []}
 
@@ -752,3 +753,21 @@ def test_reference_data_loads() -> None:
                 tools = from_openai_tools(json.loads(line))
                 assert tools, f"{path.name} line {number + 1}"
                 assert all(t.parameters["type"] == "object" for t in tools)
+
+
+def test_closed_objects_leaves_explicit_and_all_of_alone() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "object", "properties": {}},
+            "b": {"type": "object", "additionalProperties": True},
+        },
+        "allOf": [{"properties": {"c": {}}}],
+    }
+    closed = closed_objects(schema)
+    assert closed["additionalProperties"] is False
+    assert closed["properties"]["a"]["additionalProperties"] is False
+    assert closed["properties"]["b"]["additionalProperties"] is True
+    assert "additionalProperties" not in closed["allOf"][0]
+    assert closed["properties"]["c"] == {}
+    assert "additionalProperties" not in schema

@@ -6,42 +6,10 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from tooldec.specs import ToolSet
-from tooldec.specs.normalize import declare_required
-
-_SUBSCHEMA_KEYS = ("items", "additionalItems", "not", "contains")
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
-
-
-def closed(schema: Any) -> Any:
-    """A copy of `schema` where every object schema without `additionalProperties` gets it set to false, its
-    required keys declared (tooldec's grammar admits them with any value; peers get the same language)."""
-    schema = copy.deepcopy(schema)
-    _close(schema)
-    return schema
-
-
-def _close(node: Any) -> None:
-    """Close `node` and its subschemas in place."""
-    if not isinstance(node, dict):
-        return
-    if (node.get("type") == "object" or "properties" in node) and "additionalProperties" not in node:
-        node["additionalProperties"] = False
-        declare_required(node)
-    for key in _SUBSCHEMA_KEYS:
-        _close(node.get(key))
-    if isinstance(node.get("additionalProperties"), dict):
-        _close(node["additionalProperties"])
-    for key in _SUBSCHEMA_LISTS:
-        for sub in node.get(key) or ():
-            _close(sub)
-    for key in _SUBSCHEMA_MAPS:
-        for sub in (node.get(key) or {}).values():
-            _close(sub)
+from tooldec.specs.normalize import closed_objects
 
 
 def _rebase(node: Any, prefix: str) -> None:
@@ -62,7 +30,7 @@ def call_schema(tools: ToolSet) -> dict[str, Any]:
     single = len(tools) == 1
     branches = []
     for i, tool in enumerate(tools):
-        arguments = closed(tool.parameters)
+        arguments = closed_objects(tool.parameters)
         _rebase(arguments, ("#" if single else f"#/anyOf/{i}") + "/properties/arguments")
         branches.append(
             {

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import difflib
 import re
@@ -30,7 +29,7 @@ import jsonschema
 
 from tooldec.grammar.calls import CallFormat, CallParseError, ParsedCall, get_format
 from tooldec.specs import ToolSet, ToolSpec
-from tooldec.specs.normalize import declare_required
+from tooldec.specs.normalize import closed_objects
 
 FUNCQA_TOLERANCE = 1e-3
 """ToolkenGPT's relative tolerance for FuncQA answers (0.1%)."""
@@ -143,38 +142,6 @@ class SyntaxChecker:
             where = "/".join(map(str, error.absolute_path))
             return SyntaxCheck("argument", f"{call.name}: {where or 'arguments'}: {error.message}", call)
         return SyntaxCheck(None, "", call)
-
-
-def closed_objects(schema: Any) -> Any:
-    """A copy of `schema` whose objects without `additionalProperties` admit only their declared properties and
-    their required keys."""
-    out = copy.deepcopy(schema)
-    _close(out)
-    return out
-
-
-def _close(node: Any) -> None:
-    """Close objects in place, recursing through subschemas except `allOf` parts and `not` (closing would clash)."""
-    if isinstance(node, list):
-        for item in node:
-            _close(item)
-        return
-    if not isinstance(node, dict):
-        return
-    is_object = node.get("type") == "object" or (
-        isinstance(node.get("type"), list) and "object" in node["type"]
-    )
-    if (is_object or "properties" in node) and "additionalProperties" not in node:
-        node["additionalProperties"] = False
-        declare_required(node)
-    for key, value in node.items():
-        if key in ("allOf", "not", "const", "enum", "default", "examples"):
-            continue
-        if key in ("properties", "$defs", "definitions", "patternProperties"):
-            for sub in value.values() if isinstance(value, dict) else ():
-                _close(sub)
-        elif isinstance(value, dict | list):
-            _close(value)
 
 
 def syntax_error_rates(kinds: Iterable[str | None]) -> dict[str, float]:

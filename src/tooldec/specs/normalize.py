@@ -150,6 +150,74 @@ def _unique(items: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def closed_objects(schema: Any) -> Any:
+    """A copy of `schema` whose objects without `additionalProperties` admit only their declared properties and
+    their required keys: the grammar's reading of objects in a tool call, for an independent validator and for
+    the peer engines. An object's `allOf` parts and `anyOf` / `oneOf` branches belong to it, as the grammar merges
+    them: their keys are declared on the object (any value there; the parts still hold them) and the parts are not
+    closed on their own. `not` stays open (closing under it would widen it), and so do `const`, `enum`, `default`
+    and `examples`, which hold values."""
+    out = copy.deepcopy(schema)
+    _close(out, whole=True)
+    return out
+
+
+_COMBINATORS = ("allOf", "anyOf", "oneOf")
+_VALUE_KEYS = ("not", "const", "enum", "default", "examples")
+
+
+def _object_like(node: dict[str, Any]) -> bool:
+    """Whether `node` describes an object: by its type, its properties, or an `allOf` part that does."""
+    kind = node.get("type")
+    if kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in node:
+        return True
+    parts = node.get("allOf")
+    return isinstance(parts, list) and any(isinstance(p, dict) and _object_like(p) for p in parts)
+
+
+def _part_keys(node: dict[str, Any]) -> list[str]:
+    """The property names and required keys that `node`'s combinator parts declare, recursively."""
+    keys: list[str] = []
+    for key in _COMBINATORS:
+        for part in node.get(key) or () if isinstance(node.get(key), list) else ():
+            if not isinstance(part, dict):
+                continue
+            properties = part.get("properties")
+            keys += list(properties) if isinstance(properties, dict) else []
+            required = part.get("required")
+            keys += [k for k in required if isinstance(k, str)] if isinstance(required, list) else []
+            keys += _part_keys(part)
+    return list(dict.fromkeys(keys))
+
+
+def _close(node: Any, *, whole: bool) -> None:
+    """Close `node`'s objects in place (see `closed_objects`); `whole` is false for a part of a closed object,
+    which closes what lies below it but not itself."""
+    if isinstance(node, list):
+        for item in node:
+            _close(item, whole=whole)
+        return
+    if not isinstance(node, dict):
+        return
+    closes = whole and _object_like(node) and "additionalProperties" not in node
+    if closes:
+        node["additionalProperties"] = False
+        declare_required(node)
+        extra = [k for k in _part_keys(node) if k not in node.get("properties", {})]
+        if extra and isinstance(node.get("properties", {}), dict):
+            node["properties"] = {**node.get("properties", {}), **{k: {} for k in extra}}
+    for key, value in node.items():
+        if key in _VALUE_KEYS:
+            continue
+        if key in _COMBINATORS:
+            _close(value, whole=whole and not closes and key != "allOf")
+        elif key in ("properties", "$defs", "definitions", "patternProperties"):
+            for sub in value.values() if isinstance(value, dict) else ():
+                _close(sub, whole=True)
+        elif isinstance(value, dict | list):
+            _close(value, whole=True)
+
+
 def declare_required(node: dict[str, Any]) -> None:
     """Declare (in place), with any value, the required keys an object does not list in `properties`, for closing
     it with `additionalProperties: false` as the grammar reads an object without it: the grammar
