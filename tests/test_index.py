@@ -189,7 +189,8 @@ def test_string_fields_share_one_region_walk(bytelevel_vocab: Vocabulary) -> Non
 
 def test_digit_count_states_share_entries_and_stay_exact(vocab: Vocabulary) -> None:
     """A bounded number counts its digits in states that walk the vocabulary alike once the count left is longer
-    than any digit token: they share one stored entry, and every state's mask is still the brute-force set."""
+    than any digit token: they share one trie walk and one stored entry, and every state's mask is still the
+    brute-force set."""
     tool = ToolSpec(
         "f", "", {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "integer"}}, "required": ["x", "y"]}
     )
@@ -197,6 +198,7 @@ def test_digit_count_states_share_entries_and_stay_exact(vocab: Vocabulary) -> N
     index = compiled.index
     states = index.reachable_states()
     assert index.core.num_masks < index.core.computed
+    assert 0 < index.core.num_walks < index.core.num_regions  # regions alike as far as their walks read: one walk
     for s in states:
         ids, _ = index.transitions(s)
         assert ids.tolist() == _brute_force(compiled, s)[0]

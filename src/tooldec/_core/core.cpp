@@ -1049,6 +1049,7 @@ struct Region {
   std::vector<int32_t> exit_node, exit_idx;  // trie nodes whose byte leaves it, and which exit it leads to
   std::vector<int32_t> used_exits;            // the exits that appear in exit_idx, ascending
   uint64_t content = 0;                       // a hash of stay and the exits: walks alike hash alike
+  int32_t depth = 0;                          // the most bytes a token read while staying inside it
 
   // Whether o walks the vocabulary exactly as this region does (same stay tokens, same exits).
   bool same_walk(const Region& o) const {
@@ -1305,6 +1306,8 @@ class Index {
     std::lock_guard<std::mutex> lock(regions_mutex_);
     return static_cast<int64_t>(regions_.size());
   }
+  // The trie walks this index made for its regions (the others came from a cache or a region that walks alike).
+  int64_t num_walks() const { return walks_.load(); }
 
   // Compute every state's entry now (all up front, Outlines-style).
   // Every state's entry now, on up to `threads` threads (entries are published lock-free, regions under a lock).
@@ -1318,18 +1321,19 @@ class Index {
   // nor the vocabulary's cache holds go to the threads, so a tool set whose kinds of values were seen before
   // starts none (threads waiting for a core had made this 4x slower in wall time on a loaded machine).
   void compute_regions(int threads) {
-    std::vector<std::vector<int32_t>> todo;
+    std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> todo;  // (signature, layers)
     std::unordered_set<std::vector<int32_t>, SigHash> seen;
-    std::vector<int32_t> sig, exits, key;
+    std::vector<int32_t> sig, exits, layers, key;
     for (int32_t s = 1; s < n_; ++s) {
       if (width_[s] < EXPENSIVE_WIDTH) continue;
       sig.clear();
       exits.clear();
-      if (region_of(s, sig, exits) && seen.insert(sig).second && !cached_region(sig, key)) todo.push_back(sig);
+      if (region_of(s, sig, exits, layers) && seen.insert(sig).second && !cached_region(sig, key))
+        todo.emplace_back(sig, layers);
     }
     std::atomic<size_t> next{0};
     on_threads(std::min(threads, static_cast<int>(todo.size())), [&]() {
-      for (size_t i = next.fetch_add(1); i < todo.size(); i = next.fetch_add(1)) region_walk(todo[i]);
+      for (size_t i = next.fetch_add(1); i < todo.size(); i = next.fetch_add(1)) region_walk(todo[i].first, todo[i].second);
     });
   }
 
@@ -1429,8 +1433,10 @@ class Index {
 
   // The region of s: (signature, exit states), or false when s is narrow or its region too large to share.
   // The signature is the region's transitions over this automaton's byte classes, its states numbered in
-  // breadth-first order from s (code > 0), its exits by order of discovery (code < 0), dead 0.
-  bool region_of(int32_t s, std::vector<int32_t>& sig, std::vector<int32_t>& exits) const {
+  // breadth-first order from s (code > 0), its exits by order of discovery (code < 0), dead 0. layers[d] is the
+  // number of its states at most d bytes from s: the first layers[d] rows of the signature are all a walk that
+  // reads at most d bytes inside the region depends on.
+  bool region_of(int32_t s, std::vector<int32_t>& sig, std::vector<int32_t>& exits, std::vector<int32_t>& layers) const {
     if (width(s) <= NARROW) return false;
     thread_local std::vector<int32_t> code, stamp;
     thread_local int32_t epoch = 0;
@@ -1444,7 +1450,9 @@ class Index {
     std::vector<int32_t> local{s};
     stamp[s] = epoch;
     code[s] = 1;
+    layers.assign(1, 1);
     for (size_t i = 0; i < local.size(); ++i) {
+      if (static_cast<int32_t>(i) == layers.back()) layers.push_back(static_cast<int32_t>(local.size()));
       const int32_t* row = trans_ + static_cast<size_t>(local[i]) * nc_;
       for (int c = 0; c < nc_; ++c) {
         int32_t t = row[c];
@@ -1499,9 +1507,24 @@ class Index {
     return regions_.emplace(sig, std::move(got)).first->second;
   }
 
-  std::shared_ptr<const Region> region_walk(const std::vector<int32_t>& sig) const {
+  // A walk of this index that reads no byte past the rows sig shares with it: a walk depends on a state's row
+  // only once a token has reached that state, so regions that differ only further from their start than the
+  // walk went walk alike (the digit-count states of a bounded number, short of the longest digit token).
+  std::shared_ptr<const Region> walked_alike(const std::vector<int32_t>& sig, const std::vector<int32_t>& layers) const {
+    std::lock_guard<std::mutex> lock(regions_mutex_);
+    for (int32_t depth : depths_) {
+      const size_t rows = static_cast<size_t>(layers[std::min(static_cast<size_t>(depth), layers.size() - 1)]);
+      auto it = by_prefix_.find(std::vector<int32_t>(sig.begin(), sig.begin() + rows * nc_));
+      if (it != by_prefix_.end()) return regions_.emplace(sig, it->second).first->second;
+    }
+    return nullptr;
+  }
+
+  std::shared_ptr<const Region> region_walk(const std::vector<int32_t>& sig, const std::vector<int32_t>& layers) const {
     std::vector<int32_t> key;
     if (auto got = cached_region(sig, key)) return got;
+    if (auto got = walked_alike(sig, layers)) return got;
+    walks_.fetch_add(1, std::memory_order_relaxed);
     auto r = std::make_shared<Region>();
     const Vocab& v = *vocab_;
     r->stay.assign(words(), 0);
@@ -1523,6 +1546,7 @@ class Index {
         continue;
       }
       stack[d] = c;
+      r->depth = std::max(r->depth, d);
       for (int32_t j = v.tok_ptr_[k]; j < v.tok_ptr_[k + 1]; ++j) r->stay[v.tok_[j] >> 5] |= 1u << (v.tok_[j] & 31);
       ++k;
     }
@@ -1548,6 +1572,9 @@ class Index {
     r->content = h;
     if (share_) vocab_->share_region(key, r);
     std::lock_guard<std::mutex> lock(regions_mutex_);
+    const size_t rows = static_cast<size_t>(layers[std::min(static_cast<size_t>(r->depth), layers.size() - 1)]);
+    by_prefix_.emplace(std::vector<int32_t>(sig.begin(), sig.begin() + rows * nc_), r);
+    if (std::find(depths_.begin(), depths_.end(), r->depth) == depths_.end()) depths_.push_back(r->depth);
     return regions_.emplace(sig, std::move(r)).first->second;
   }
 
@@ -1629,9 +1656,9 @@ class Index {
   // differ only past the longest digit token, so they mostly do: FuncQA's 885 region states need 422 entries
   // (llama3), which took about 30% off the index time of its compile.
   Entry* compute(int32_t s) const {
-    std::vector<int32_t> sig, exits;
-    if (region_of(s, sig, exits)) {
-      const Region* r = canonical(region_walk(sig));
+    std::vector<int32_t> sig, exits, layers;
+    if (region_of(s, sig, exits, layers)) {
+      const Region* r = canonical(region_walk(sig, layers));
       std::vector<int32_t> key;
       key.reserve(r->used_exits.size() + 3);
       const auto id = reinterpret_cast<uintptr_t>(r);
@@ -1706,6 +1733,9 @@ class Index {
   mutable std::vector<std::shared_ptr<const Region>> kept_;
   mutable std::mutex regions_mutex_;
   mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const Region>, SigHash> regions_;
+  // walks by the signature rows they depend on (see walked_alike), and the depths those walks reached
+  mutable std::unordered_map<std::vector<int32_t>, std::shared_ptr<const Region>, SigHash> by_prefix_;
+  mutable std::vector<int32_t> depths_;
   std::vector<int32_t> class_size_, width_;
   std::vector<Mask> class_bits_;  // the bytes of each class
 
@@ -1718,6 +1748,7 @@ class Index {
   std::vector<uint8_t> accepting_;
   std::unique_ptr<std::atomic<Entry*>[]> entries_;
   std::atomic<int64_t> computed_{0};
+  mutable std::atomic<int64_t> walks_{0};
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1883,6 +1914,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("num_masks", &Index::num_masks)
       .def("cached", &Index::cached, py::arg("state"))
       .def_property_readonly("num_regions", &Index::num_regions)
+      .def_property_readonly("num_walks", &Index::num_walks)
       .def("compute_all", &Index::compute_all, py::call_guard<py::gil_scoped_release>(), py::arg("threads") = 1)
       .def("compute_regions", &Index::compute_regions, py::call_guard<py::gil_scoped_release>(),
            py::arg("threads") = 1)
