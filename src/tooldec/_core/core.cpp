@@ -1050,6 +1050,7 @@ struct Region {
   std::vector<int32_t> used_exits;            // the exits that appear in exit_idx, ascending
   uint64_t content = 0;                       // a hash of stay and the exits: walks alike hash alike
   int32_t depth = 0;                          // the most bytes a token read while staying inside it
+  int64_t stay_count = 0;                     // the tokens in stay
 
   // Whether o walks the vocabulary exactly as this region does (same stay tokens, same exits).
   bool same_walk(const Region& o) const {
@@ -1393,8 +1394,9 @@ class Index {
     if (s <= DEAD) return;
     const Vocab& v = *vocab_;
     const int32_t N = static_cast<int32_t>(v.node_byte_.size());
-    thread_local std::vector<int32_t> stack;
-    stack.resize(static_cast<size_t>(v.max_len_) + 1);
+    thread_local std::vector<int32_t> stack_buffer;
+    stack_buffer.resize(static_cast<size_t>(v.max_len_) + 1);
+    int32_t* const stack = stack_buffer.data();  // not the thread-local itself: emit() would make each use look it up
     stack[0] = s;
     const uint8_t* nb = v.node_byte_.data();
     const int32_t* nd = v.node_depth_.data();
@@ -1445,26 +1447,28 @@ class Index {
       stamp.assign(n_, 0);
       epoch = 0;
     }
-    ++epoch;
-    auto known = [&](int32_t t) { return stamp[t] == epoch; };
+    // the thread-local tables through plain pointers: each access would otherwise ask for the thread's copy again
+    int32_t* const cd = code.data();
+    int32_t* const sp = stamp.data();
+    const int32_t ep = ++epoch;
     std::vector<int32_t> local{s};
-    stamp[s] = epoch;
-    code[s] = 1;
+    sp[s] = ep;
+    cd[s] = 1;
     layers.assign(1, 1);
     for (size_t i = 0; i < local.size(); ++i) {
       if (static_cast<int32_t>(i) == layers.back()) layers.push_back(static_cast<int32_t>(local.size()));
       const int32_t* row = trans_ + static_cast<size_t>(local[i]) * nc_;
       for (int c = 0; c < nc_; ++c) {
         int32_t t = row[c];
-        if (t == DEAD || known(t)) continue;
-        stamp[t] = epoch;
+        if (t == DEAD || sp[t] == ep) continue;
+        sp[t] = ep;
         if (width(t) > NARROW) {
           if (static_cast<int32_t>(local.size()) >= MAX_REGION_STATES) return false;
           local.push_back(t);
-          code[t] = static_cast<int32_t>(local.size());
+          cd[t] = static_cast<int32_t>(local.size());
         } else {
           exits.push_back(t);
-          code[t] = -static_cast<int32_t>(exits.size());
+          cd[t] = -static_cast<int32_t>(exits.size());
         }
       }
     }
@@ -1477,7 +1481,7 @@ class Index {
     sig.assign(L * nc_, 0);
     for (size_t i = 0; i < L; ++i) {
       const int32_t* row = trans_ + static_cast<size_t>(local[i]) * nc_;
-      for (int c = 0; c < nc_; ++c) sig[i * nc_ + c] = row[c] == DEAD ? 0 : code[row[c]];
+      for (int c = 0; c < nc_; ++c) sig[i * nc_ + c] = row[c] == DEAD ? 0 : cd[row[c]];
     }
     return true;
   }
@@ -1528,35 +1532,51 @@ class Index {
     auto r = std::make_shared<Region>();
     const Vocab& v = *vocab_;
     r->stay.assign(words(), 0);
+    // the loop reads through local pointers: writes to stay and the exits would otherwise make the compiler
+    // reload every vector's data each node
     const int32_t N = static_cast<int32_t>(v.node_byte_.size());
+    const int32_t* nd = v.node_depth_.data();
+    const int32_t* ne = v.node_end_.data();
+    const uint8_t* nb = v.node_byte_.data();
+    const int32_t* tp = v.tok_ptr_.data();
+    const int32_t* tk = v.tok_.data();
+    const int32_t* shape = sig.data();
+    const uint8_t* cl = classes_;
+    const size_t nc = static_cast<size_t>(nc_);
+    uint32_t* stay = r->stay.data();
     std::vector<int32_t> stack(static_cast<size_t>(v.max_len_) + 1);
     stack[0] = 1;
+    int32_t deepest = 0;
     int32_t k = 0;
     while (k < N) {
-      const int32_t d = v.node_depth_[k];
-      const int32_t c = sig[static_cast<size_t>(stack[d - 1] - 1) * nc_ + classes_[v.node_byte_[k]]];
+      const int32_t d = nd[k];
+      const int32_t c = shape[static_cast<size_t>(stack[d - 1] - 1) * nc + cl[nb[k]]];
       if (c == 0) {
-        k = v.node_end_[k];
+        k = ne[k];
         continue;
       }
       if (c < 0) {
         r->exit_node.push_back(k);
         r->exit_idx.push_back(-c - 1);
-        k = v.node_end_[k];
+        k = ne[k];
         continue;
       }
       stack[d] = c;
-      r->depth = std::max(r->depth, d);
-      for (int32_t j = v.tok_ptr_[k]; j < v.tok_ptr_[k + 1]; ++j) r->stay[v.tok_[j] >> 5] |= 1u << (v.tok_[j] & 31);
+      deepest = std::max(deepest, d);
+      for (int32_t j = tp[k]; j < tp[k + 1]; ++j) stay[tk[j] >> 5] |= 1u << (tk[j] & 31);
       ++k;
     }
-    r->stay_words.resize(static_cast<size_t>(words()) + 1);
+    r->depth = deepest;
     size_t nz = 0;
-    for (int32_t w = 0; w < words(); ++w) {  // branch-free: each word is written, a set one keeps its place
-      r->stay_words[nz] = w;
-      nz += r->stay[w] != 0;
+    for (int32_t w = 0; w < words(); ++w) nz += stay[w] != 0;
+    r->stay_words.resize(nz + 1);
+    int32_t* at = r->stay_words.data();
+    for (int32_t w = 0, i = 0; w < words(); ++w) {  // branch-free: each word is written, a set one keeps its place
+      at[i] = w;
+      i += stay[w] != 0;
     }
-    r->stay_words.resize(nz);
+    r->stay_words.pop_back();
+    for (int32_t w : r->stay_words) r->stay_count += popcount32(stay[w]);
     std::vector<char> used;
     for (int32_t x : r->exit_idx) {
       if (x >= static_cast<int32_t>(used.size())) used.resize(static_cast<size_t>(x) + 1, 0);
@@ -1587,22 +1607,36 @@ class Index {
       sparse_region_entry(s, r, exits, e);
       return;
     }
+    // the region's counts plus what the exits add: no scan of the words afterwards
     std::vector<uint32_t> bits(r.stay);
-    walk_exits(r, exits, [&](int32_t t) { bits[t >> 5] |= 1u << (t & 31); });
+    int64_t count = r.stay_count, nonzero = static_cast<int64_t>(r.stay_words.size());
+    auto set = [&](int32_t t) {
+      uint32_t& word = bits[t >> 5];
+      const uint32_t bit = 1u << (t & 31);
+      nonzero += word == 0;
+      count += (word & bit) == 0;
+      word |= bit;
+    };
+    walk_exits(r, exits, set);
     if (accepting(s))
-      for (int32_t t : vocab_->eos()) bits[t >> 5] |= 1u << (t & 31);
-    store_scanned(std::move(bits), e);
+      for (int32_t t : vocab_->eos()) set(t);
+    store_counted(std::move(bits), count, nonzero, e);
   }
 
   // Store a mask given as all its words: dense, or (word, bits) pairs when clearly smaller (a pair takes 8 bytes
   // against 4 for a dense word).
   void store_scanned(std::vector<uint32_t> bits, Entry* e) const {
-    const int32_t W = words();
     int64_t nonzero = 0, count = 0;
     for (uint32_t w : bits) {
       nonzero += w != 0;
       count += popcount32(w);
     }
+    store_counted(std::move(bits), count, nonzero, e);
+  }
+
+  // store_scanned() for a mask whose tokens and non-zero words are counted already.
+  void store_counted(std::vector<uint32_t> bits, int64_t count, int64_t nonzero, Entry* e) const {
+    const int32_t W = words();
     e->count = count;
     if (nonzero * 4 >= W) {
       e->dense = std::move(bits);
@@ -1616,8 +1650,12 @@ class Index {
   // region_entry() for a region that sets few words: only those words and the ones its exits add are touched
   // (a merge of two ascending lists).
   void sparse_region_entry(int32_t s, const Region& r, const std::vector<int32_t>& exits, Entry* e) const {
-    thread_local std::vector<uint32_t> scratch;  // all zero between calls
-    thread_local std::vector<int32_t> added, merged;
+    // the thread's buffers, bound once (each use of a thread-local in a shared library looks it up)
+    thread_local std::vector<uint32_t> scratch_buffer;  // all zero between calls
+    thread_local std::vector<int32_t> added_buffer, merged_buffer;
+    std::vector<uint32_t>& scratch = scratch_buffer;
+    std::vector<int32_t>& added = added_buffer;
+    std::vector<int32_t>& merged = merged_buffer;
     const int32_t W = words();
     if (scratch.size() != static_cast<size_t>(W)) scratch.assign(static_cast<size_t>(W), 0);
     added.clear();
