@@ -1517,11 +1517,16 @@ class Index {
   std::shared_ptr<const Region> walked_alike(const std::vector<int32_t>& sig, const std::vector<int32_t>& layers) const {
     std::lock_guard<std::mutex> lock(regions_mutex_);
     for (int32_t depth : depths_) {
-      const size_t rows = static_cast<size_t>(layers[std::min(static_cast<size_t>(depth), layers.size() - 1)]);
-      auto it = by_prefix_.find(std::vector<int32_t>(sig.begin(), sig.begin() + rows * nc_));
+      auto it = by_prefix_.find(rows_within(sig, layers, depth));
       if (it != by_prefix_.end()) return regions_.emplace(sig, it->second).first->second;
     }
     return nullptr;
+  }
+
+  // The rows of sig a walk reading at most `depth` bytes inside the region depends on (see region_of's layers).
+  std::vector<int32_t> rows_within(const std::vector<int32_t>& sig, const std::vector<int32_t>& layers, int32_t depth) const {
+    const size_t rows = static_cast<size_t>(layers[std::min(static_cast<size_t>(depth), layers.size() - 1)]);
+    return std::vector<int32_t>(sig.begin(), sig.begin() + static_cast<std::ptrdiff_t>(rows) * nc_);
   }
 
   std::shared_ptr<const Region> region_walk(const std::vector<int32_t>& sig, const std::vector<int32_t>& layers) const {
@@ -1592,8 +1597,7 @@ class Index {
     r->content = h;
     if (share_) vocab_->share_region(key, r);
     std::lock_guard<std::mutex> lock(regions_mutex_);
-    const size_t rows = static_cast<size_t>(layers[std::min(static_cast<size_t>(r->depth), layers.size() - 1)]);
-    by_prefix_.emplace(std::vector<int32_t>(sig.begin(), sig.begin() + rows * nc_), r);
+    by_prefix_.emplace(rows_within(sig, layers, r->depth), r);
     if (std::find(depths_.begin(), depths_.end(), r->depth) == depths_.end()) depths_.push_back(r->depth);
     return regions_.emplace(sig, std::move(r)).first->second;
   }

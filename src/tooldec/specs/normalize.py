@@ -179,7 +179,8 @@ def _part_keys(node: dict[str, Any]) -> list[str]:
     """The property names and required keys that `node`'s combinator parts declare, recursively."""
     keys: list[str] = []
     for key in _COMBINATORS:
-        for part in node.get(key) or () if isinstance(node.get(key), list) else ():
+        parts = node.get(key)
+        for part in parts if isinstance(parts, list) else ():
             if not isinstance(part, dict):
                 continue
             properties = part.get("properties")
