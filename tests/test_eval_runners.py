@@ -419,3 +419,17 @@ def test_required_tool_choice_is_refused_where_it_does_not_apply(tiny_lm: Loaded
             prepare(name, tiny_lm, "tooldec", root=str(shared), tool_choice="required")
     with pytest.raises(EvalError, match="auto or required"):
         prepare("bfcl-simple", tiny_lm, "tooldec", root=str(shared), tool_choice="any")
+
+
+def test_bfcl_can_compile_tooldec_calls_in_the_line_layout(tiny_lm: LoadedModel, shared: Path) -> None:
+    """`--format hermes-lines` is recorded in the config (a run resumes only in its own format) and its guided
+    calls are read and scored as compact ones; other benchmarks and formats are refused."""
+    bench = prepare("bfcl-simple", tiny_lm, "tooldec", root=str(shared), tool_choice="required",
+                    call_format="hermes-lines")
+    assert bench.config["format"] == "hermes-lines"
+    for record in bench.run_batch(bench.items):
+        assert record["syntax_error"] is None and record["calls"], record["text"][:80]
+    with pytest.raises(EvalError, match="--format"):
+        prepare("kamel", tiny_lm, "tooldec", root=str(shared), call_format="hermes-lines")
+    with pytest.raises(EvalError, match="--format"):
+        prepare("bfcl-simple", tiny_lm, "tooldec", root=str(shared), call_format="python")

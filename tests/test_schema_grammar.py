@@ -22,6 +22,7 @@ from tooldec.grammar.calls import get_format
 from tooldec.grammar.canonical import CanonicalWriter
 from tooldec.grammar.numbers import DEFAULT_DIGITS, DigitLimits
 from tooldec.grammar.schema import MAX_EXPANSIONS
+from tooldec.grammar.syntax import LINE_INDENT
 from tooldec.guide import Guide
 from tooldec.sample import UNREACHABLE, WalkTooLong, distances_to_accept, random_walk
 from tooldec.specs import ToolSet, ToolSpec
@@ -224,7 +225,7 @@ def test_tool_call_walks_are_valid_calls(vocab: Vocabulary) -> None:
     checked: list[int] = []
 
     @SETTINGS
-    @given(tools=tool_sets(), fmt=st.sampled_from(["json", "python", "hermes"]), seed=st.integers(0, 2**16))
+    @given(tools=tool_sets(), fmt=st.sampled_from(["json", "python", "hermes", "hermes-lines"]), seed=st.integers(0, 2**16))
     def walk_is_a_valid_call(tools: list[ToolSpec], fmt: str, seed: int) -> None:
         compiled = Compiler(vocab).compile(tools, fmt)
         guide = _walk(compiled, seed)
@@ -238,7 +239,7 @@ def test_tool_call_walks_are_valid_calls(vocab: Vocabulary) -> None:
 
 
 @SETTINGS
-@given(tools=tool_sets(), fmt=st.sampled_from(["json", "python", "hermes"]), data=st.data())
+@given(tools=tool_sets(), fmt=st.sampled_from(["json", "python", "hermes", "hermes-lines"]), data=st.data())
 def test_every_valid_call_is_accepted(vocab: Vocabulary, tools: list[ToolSpec], fmt: str, data: st.DataObject) -> None:
     """Completeness: every valid call is accepted without a digit bound, and with the default bound whenever its
     numbers fit it (a number of 16 integer digits is refused on purpose: guided numbers must end)."""
@@ -253,6 +254,106 @@ def test_every_valid_call_is_accepted(vocab: Vocabulary, tools: list[ToolSpec], 
         assert feed(bounded.guide(), vocab.encode(text)), text
     parsed = get_format(fmt).parse(text)
     assert parsed.name == tool.name and parsed.arguments == args
+
+
+def _pretty(value: Any, indent: int, arrays_inline: bool, level: int = 0) -> str:
+    """`value` pretty-printed the way models write JSON: one member a line at `indent` spaces a level, arrays
+    either broken the same way (json.dumps) or kept on one line (Qwen2.5-Coder)."""
+    pad, inner = " " * (indent * level), " " * (indent * (level + 1))
+    if isinstance(value, dict) and value:
+        members = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {_pretty(v, indent, arrays_inline, level + 1)}"
+                   for k, v in value.items()]
+        return "{\n" + ",\n".join(members) + "\n" + pad + "}"
+    if isinstance(value, list) and value and not arrays_inline:
+        items = [inner + _pretty(v, indent, arrays_inline, level + 1) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    if isinstance(value, list):
+        return "[" + ", ".join(_pretty(v, indent, arrays_inline, level + 1) for v in value) + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+@SETTINGS
+@given(tools=tool_sets(), indent=st.sampled_from([2, 4]), arrays_inline=st.booleans(), data=st.data())
+def test_pretty_printed_calls_are_accepted_in_the_line_layout(
+    vocab: Vocabulary, tools: list[ToolSpec], indent: int, arrays_inline: bool, data: st.DataObject
+) -> None:
+    """Completeness of the line-broken layout: a valid call pretty-printed as models write it, in either Hermes
+    block, is accepted by `hermes-lines` and read back to the same call; the compact `hermes` refuses it."""
+    lines, compact = Compiler(vocab).compile(tools, "hermes-lines"), Compiler(vocab).compile(tools, "hermes")
+    tool = data.draw(st.sampled_from(tools))
+    args = data.draw(from_schema(tool.parameters))
+    assume(_fits_digits(args))
+    canonical = json.loads(get_format("json").render(tool, args))  # the schema's key order, which the grammar keeps
+    body = _pretty(canonical, indent, arrays_inline)
+    assume(not any(0xD800 <= ord(c) <= 0xDFFF for c in body))
+    assume(max(len(line) - len(line.lstrip(" ")) for line in body.splitlines()) <= LINE_INDENT)
+    for opening, closing in (("<tool_call>\n", "\n</tool_call>"), ("```json\n", "\n```")):
+        text = opening + body + closing
+        assert feed(lines.guide(), vocab.encode(text)), text
+        assert not feed(compact.guide(), vocab.encode(text)), text
+        parsed = get_format("hermes-lines").parse(text)
+        assert parsed.name == tool.name and parsed.arguments == args
+
+
+COUNTED = {
+    "type": "object",
+    "properties": {
+        "pick": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+            "minProperties": 1,
+            "maxProperties": 2,
+            "not": {"const": {"a": 1}},
+        },
+        "items": {"type": "array", "items": {"type": "integer"}, "maxItems": 2, "contains": {"const": 5}},
+    },
+    "required": ["pick", "items"],
+}
+
+
+@pytest.mark.parametrize(
+    ("pick", "items"),
+    [
+        ("{\n    }", "[5]"),
+        ("{\n      \"a\": 2\n    }", "[\n      5\n    ]"),
+        ("{\n      \"a\": 1\n    }", "[5]"),
+        ("{\n      \"a\": 1,\n      \"b\": 2\n    }", "[5, 1]"),
+        ("{\n      \"a\": 1,\n      \"b\": 2,\n      \"c\": 3\n    }", "[5]"),
+        ("{\"b\": 1}", "[\n      1,\n      2\n    ]"),
+        ("{\"b\": 1}", "[\n      1,\n      5,\n      6\n    ]"),
+        ("{\"b\": 1}", "[\n    ]"),
+    ],
+)
+def test_line_breaks_do_not_change_what_counts(bytelevel_vocab: Vocabulary, pick: str, items: str) -> None:
+    """Member counts, `contains` and `not` read line-broken containers as the validator does: whitespace is no
+    member (`{\n}` is empty), a value spelt across lines is still the value `not` excludes."""
+    tool = ToolSpec("f", "", COUNTED)
+    text = '```json\n{"name": "f", "arguments": {\n    "pick": ' + pick + ',\n    "items": ' + items + "\n  }\n}\n```"
+    valid = jsonschema.Draft202012Validator(COUNTED).is_valid(json.loads(text[len("```json\n") : -len("\n```")])["arguments"])
+    assert feed(Compiler(bytelevel_vocab).compile([tool], "hermes-lines").guide(), bytelevel_vocab.encode(text)) == valid
+
+
+@pytest.mark.parametrize(
+    ("arguments", "accepted"),
+    [
+        ('{"grades": {"math": 90, "art": {"term": [1, 2]}}}', True),
+        ('{"grades": {}}', True),
+        ('{"grades": {}, "extra": 1}', False),
+        ('{"grades": 3}', False),
+    ],
+)
+def test_a_free_form_map_takes_any_members(bytelevel_vocab: Vocabulary, arguments: str, accepted: bool) -> None:
+    """A parameter object that names no key is a map the model fills (BFCL's `gradeDict`), not an object that can
+    only be `{}`; the arguments object itself stays closed."""
+    grades = ToolSpec("avg", "", {"type": "object", "properties": {"grades": {"type": "object"}}, "required": ["grades"]})
+    compiled = Compiler(bytelevel_vocab).compile([grades], "json")
+    assert feed(compiled.guide(), bytelevel_vocab.encode('{"name": "avg", "arguments": ' + arguments + "}")) == accepted
+
+
+def test_a_tool_without_parameters_takes_none(bytelevel_vocab: Vocabulary) -> None:
+    compiled = Compiler(bytelevel_vocab).compile([ToolSpec("now", "", {"type": "object"})], "json")
+    assert feed(compiled.guide(), bytelevel_vocab.encode('{"name": "now", "arguments": {}}'))
+    assert not feed(compiled.guide(), bytelevel_vocab.encode('{"name": "now", "arguments": {"tz": "UTC"}}'))
 
 
 def _without_digit_bound(fmt: Any) -> Any:

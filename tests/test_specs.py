@@ -771,3 +771,21 @@ def test_closed_objects_leaves_explicit_and_all_of_alone() -> None:
     assert "additionalProperties" not in closed["allOf"][0]
     assert closed["properties"]["c"] == {}
     assert "additionalProperties" not in schema
+
+
+def test_closed_objects_leave_free_form_maps_below_the_root_open() -> None:
+    """An object below the root that names no key (BFCL's `gradeDict: {type: dict}`) stays open, as the grammar
+    reads it; the root, `properties: {}` and an object with only required keys still close."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "grades": {"type": "object", "description": "subject -> score"},
+            "none": {"type": "object", "properties": {}},
+            "keyed": {"type": "object", "required": ["k"]},
+        },
+    }
+    closed = closed_objects(schema)
+    assert "additionalProperties" not in closed["properties"]["grades"]
+    assert closed["properties"]["none"]["additionalProperties"] is False
+    assert closed["properties"]["keyed"]["additionalProperties"] is False
+    assert closed_objects({"type": "object"})["additionalProperties"] is False

@@ -323,6 +323,9 @@ def eval_command(
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Items decoded together, one row each."),
     replay: Path | None = typer.Option(None, "--replay", help="Fuzzy only: score this free run's generations."),
     tool_choice: str = typer.Option("auto", "--tool-choice", help="BFCL: auto, or required (start with the call tag)."),
+    call_format: str = typer.Option(
+        "hermes", "--format", help="BFCL: ToolDec's call format, hermes (compact) or hermes-lines (pretty JSON too)."
+    ),
 ) -> None:
     """Evaluate a model on a benchmark with ToolDec, free or fuzzy decoding; write results, table and plots."""
     from tooldec.eval.run import run_eval
@@ -330,7 +333,7 @@ def eval_command(
     try:
         run_eval(benchmark, model=model, decoding=decoding, limit=limit, tools=tools, out=out, shared=shared,
                  resume=resume, compressed=compressed, threads=threads, batch_size=batch_size, replay=replay,
-                 tool_choice=tool_choice, console=err)
+                 tool_choice=tool_choice, call_format=call_format, console=err)
     except (ToolDecError, OSError) as exc:
         _fail(str(exc))
 

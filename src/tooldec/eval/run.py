@@ -37,6 +37,7 @@ def run_eval(
     batch_size: int = 8,
     replay: Path | None = None,
     tool_choice: str = "auto",
+    call_format: str = "hermes",
     console: Console | None = None,
 ) -> dict[str, Any]:
     """Evaluate `model` on the first `limit` items of `benchmark` under `decoding`; returns the results document.
@@ -80,6 +81,7 @@ def run_eval(
         tools=tools,
         compressed=short,
         tool_choice=tool_choice,
+        call_format=call_format,
     )
     config.update({k: v for k, v in bench.config.items() if k not in config or config[k] is None})
     config["shared"] = os.fspath(shared) if shared else os.environ.get("TOOLDEC_SHARED", "../shared")

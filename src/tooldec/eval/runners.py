@@ -75,6 +75,8 @@ SIMULATED_NOTE = (
     "document (no network); only the plan of calls is scored (correct path rate)."
 )
 TOOLKEN_CALL = re.compile(r"<([A-Za-z_][\w.\-]*)>\(([^()]*)\)=$")
+BFCL_FORMATS = ("hermes", "hermes-lines")
+"""The formats a BFCL run's ToolDec calls may be compiled in (both read back the same way)."""
 HERMES_CALL = re.compile(r"(?:<tool_call>(.*?)</tool_call>|```json\n(.*?)\n```)$", re.DOTALL)
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -315,17 +317,22 @@ def prepare(
     tools: int | None = None,
     compressed: Mapping[str, str] | None = None,
     tool_choice: str = "auto",
+    call_format: str = "hermes",
 ) -> Benchmark:
     """Load `benchmark`'s data and build its item runner for `lm` under `decoding`.
 
     `tool_choice="required"` (BFCL's call categories only) starts every answer with the `<tool_call>` tag in
     every decoding mode, as a serving stack does for a required call; "auto" leaves the choice to the model.
+    `call_format` (BFCL only) is the Hermes format ToolDec's calls are compiled in: `hermes` (compact) or
+    `hermes-lines` (pretty-printed JSON admitted too).
     """
     _check_decoding(decoding)
     if tool_choice not in ("auto", "required"):
         raise EvalError(f"tool_choice must be auto or required, not {tool_choice!r}")
     if tool_choice == "required" and (not benchmark.startswith("bfcl-") or benchmark == "bfcl-irrelevance"):
         raise EvalError(f"--tool-choice required applies to BFCL's call categories, not {benchmark!r}")
+    if call_format not in BFCL_FORMATS or (call_format != "hermes" and not benchmark.startswith("bfcl-")):
+        raise EvalError(f"--format is one of {', '.join(BFCL_FORMATS)}, for BFCL only (not {call_format!r} on {benchmark!r})")
     if benchmark in ("funcqa-oh", "funcqa-mh"):
         bench = _funcqa(benchmark, lm, decoding, root)
     elif benchmark == "kamel":
@@ -333,7 +340,7 @@ def prepare(
     elif benchmark in ("restbench-tmdb", "restbench-spotify"):
         bench = _restbench(benchmark, lm, decoding, root, compressed)
     elif benchmark.startswith("bfcl-") and benchmark in BENCHMARKS:
-        bench = _bfcl(benchmark, lm, decoding, root, compressed, tool_choice)
+        bench = _bfcl(benchmark, lm, decoding, root, compressed, tool_choice, call_format)
     else:
         raise EvalError(f"unknown benchmark {benchmark!r}; known: {', '.join(BENCHMARKS)}")
     bench.config["tool_names"] = "names and unique suffixes" if decoding == "tooldec" else "names"
@@ -644,8 +651,10 @@ def _bfcl(
     root: str | None,
     compressed: Mapping[str, str] | None,
     tool_choice: str,
+    fmt: str = "hermes",
 ) -> Benchmark:
-    """BFCL: the chat template with the tools, Hermes `<tool_call>` blocks, BFCL's AST matching."""
+    """BFCL: the chat template with the tools, Hermes `<tool_call>` blocks (ToolDec's in format `fmt`), BFCL's
+    AST matching."""
     data = datasets.load_bfcl(benchmark, root)
     parallel = data.category.startswith("parallel")
     max_calls = 8 if parallel else 1
@@ -664,7 +673,7 @@ def _bfcl(
         messages = bfcl_messages(item.question[0], specs, tool_text, uses_tools)
         prompt = lm.encode_chat(messages, tools=openai_tools if uses_tools else None)
         if decoding == "tooldec":
-            grammar = compiler.compile(specs, call_format("hermes", specs, decoding))
+            grammar = compiler.compile(specs, call_format(fmt, specs, decoding))
             return prompt, CallController(
                 grammar, trigger=[o for o, _ in BLOCKS], tool_choice=choice, after_call="text", max_calls=max_calls
             )
@@ -719,6 +728,6 @@ def _bfcl(
         data.files,
         run_batch,
         notes=notes,
-        config={"format": "hermes", "tool_choice": tool_choice},
+        config={"format": fmt, "tool_choice": tool_choice},
         replay=lambda item, record: score(item, replayed(record), float(record["seconds"])),
     )

@@ -23,7 +23,7 @@ from tooldec.grammar.canonical import CanonicalWriter
 from tooldec.grammar.ir import NOTHING, Fields, Node, Repeat, alt, lit, opt, seq
 from tooldec.grammar.numbers import DEFAULT_DIGITS, DigitLimits, limit_digits
 from tooldec.grammar.schema import INT_FORMATS, Decide, SchemaCompiler
-from tooldec.grammar.syntax import JSON, PYTHON, ValueSyntax
+from tooldec.grammar.syntax import JSON, JSON_LINES, PYTHON, ValueSyntax
 from tooldec.specs import ToolSpec
 
 _PY_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -57,6 +57,7 @@ class ArgumentCompiler(SchemaCompiler):
     Only what the grammar admits is limited: the right side of a difference (`not`) stays a superset."""
 
     any_value_budget = TOOL_ANY_VALUE_BUDGET
+    free_form_maps = True  # BFCL's `gradeDict: {type: dict}` is a map the model fills; the arguments stay closed
 
     def __init__(self, root: Any, *, digits: DigitLimits | None, syntax: ValueSyntax, tool: str,
                  max_ref_depth: int, decide: Decide) -> None:
@@ -100,12 +101,14 @@ class CallFormat(Protocol):
 
 @dataclass(frozen=True)
 class JsonCall:
-    """`{"name": "<tool>", "arguments": {...}}` with canonical JSON whitespace."""
+    """`{"name": "<tool>", "arguments": {...}}` in JSON whose layout `syntax` sets: compact (canonical) by
+    default, or also pretty-printed (JSON_LINES)."""
 
     name: str = "json"
     name_key: str = "name"
     arguments_key: str = "arguments"
     digits: DigitLimits | None = DEFAULT_DIGITS
+    syntax: ValueSyntax = JSON
 
     def _head(self, name: str) -> str:
         return "{" + json.dumps(self.name_key) + ": " + json.dumps(name) + ", " + json.dumps(self.arguments_key) + ": "
@@ -113,10 +116,15 @@ class JsonCall:
     def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
              names: tuple[str, ...] = ()) -> Node:
         """IR of every valid call of `tool` (named by its name or one of `names`)."""
-        args = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=JSON, tool=tool.name,
+        syn = self.syntax
+        args = ArgumentCompiler(tool.parameters, digits=self.digits, syntax=syn, tool=tool.name,
                                 max_ref_depth=max_ref_depth, decide=decide)
-        head = alt(*(lit(self._head(n)) for n in (tool.name, *names)))
-        return seq(head, args.value(path="#/parameters"), lit("}"))
+        return seq(
+            syn.opening("{"), lit(json.dumps(self.name_key) + syn.key_sep),
+            alt(*(lit(json.dumps(n)) for n in (tool.name, *names))),
+            syn.separator(), lit(json.dumps(self.arguments_key) + syn.key_sep),
+            args.value(path="#/parameters"), syn.closing("}"),
+        )
 
     def parse(self, text: str) -> ParsedCall:
         """The call written in `text`; raises CallParseError."""
@@ -462,6 +470,8 @@ FORMATS: dict[str, CallFormat] = {
     "json": JsonCall(),
     "python": PythonCall(),
     "hermes": Wrapped(JsonCall(), "<tool_call>\n", "\n</tool_call>", name="hermes", also=(("```json\n", "\n```"),)),
+    "hermes-lines": Wrapped(JsonCall(syntax=JSON_LINES), "<tool_call>\n", "\n</tool_call>", name="hermes-lines",
+                            also=(("```json\n", "\n```"),)),
     "toolken": ToolkenCall(),
     "react": ReactCall(),
     "llama31": JsonCall(name="llama31", arguments_key="parameters"),

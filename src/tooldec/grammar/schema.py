@@ -154,6 +154,9 @@ class SchemaCompiler:
 
     any_value_budget: ClassVar[int] = ANY_VALUE_BUDGET
     """States the places holding any value share (see ANY_VALUE_BUDGET)."""
+    free_form_maps: ClassVar[bool] = False
+    """Whether, in the strict reading, an object inside a value that declares no key at all (no `properties`,
+    `required` or `patternProperties`) keeps any members: closed, it could only be `{}`."""
 
     def __init__(
         self,
@@ -175,7 +178,7 @@ class SchemaCompiler:
         self.additional_properties = additional_properties
         self._active_refs: dict[str, int] = {}
         self._validator: Any = None
-        self._sep = lit(syntax.item_sep)
+        self._sep = syntax.separator()
         self._decided: dict[Node, Decided] = {}  # key languages by node, built once per compiler
         self._any_values: dict[int, Node] = {}  # any_value(depth), built once per compiler
         # Polarity: False while compiling a language that must be a subset of the schema's instances (what
@@ -193,6 +196,10 @@ class SchemaCompiler:
         self._any_places: list[int] = []
         self._subtracts = False  # whether the build under way takes a difference of languages
         self._expansions = 0  # subschemas compiled so far (see MAX_EXPANSIONS)
+
+    def _wrap(self, opening: str, body: Node, closing: str) -> Node:
+        """A container: its brackets around `body`, with the gaps the syntax's layout admits inside them."""
+        return seq(self.syntax.opening(opening), body, self.syntax.closing(closing))
 
     # -- errors -----------------------------------------------------------------------------------------
     def _unsupported(self, keyword: str, path: str, detail: str = "") -> UnsupportedSchemaError:
@@ -533,12 +540,12 @@ class SchemaCompiler:
         if isinstance(value, (int, float)):
             return near_spellings(value) if math.isfinite(value) else NOTHING
         if isinstance(value, list):
-            return seq(lit("["), *_joined([self._spellings(v, path) for v in value], self._sep), lit("]"))
+            return self._wrap("[", seq(*_joined([self._spellings(v, path) for v in value], self._sep)), "]")
         if isinstance(value, dict):
             if not value:
-                return lit("{}")
+                return self._wrap("{", EMPTY, "}")
             members = [seq(lit(syn.dumps(str(k)) + syn.key_sep), self._spellings(v, path)) for k, v in value.items()]
-            body = seq(lit("{"), Repeat(alt(*members), 1, None, self._sep), lit("}"))
+            body = self._wrap("{", Repeat(alt(*members), 1, None, self._sep), "}")
             has = [keyed_count([syn.dumps(str(k)).encode()], 1, max_depth=self._scan_depth())
                    for k in list(value)[:MAX_TRACKED_KEYS]]
             return Intersect((body, *has))
@@ -726,7 +733,7 @@ class SchemaCompiler:
             elif not k and hi is not None and (hi - need) * _ir_size(rest) > UNROLL_LIMIT:
                 # one copy of a big item, the count kept by a product with a bracket-counting automaton
                 counted = container_count("[", "]", lo, hi, max_depth=self._scan_depth())
-                options = [Intersect((seq(lit("["), Repeat(rest, 0, None, self._sep), lit("]")), counted))]
+                options = [Intersect((self._wrap("[", Repeat(rest, 0, None, self._sep), "]"), counted))]
                 need = 0
             else:
                 more = Repeat(rest, need, None if hi is None else hi - k, self._sep)
@@ -735,7 +742,7 @@ class SchemaCompiler:
         body = alt(*options) if options else NOTHING
         if body == NOTHING:
             return NOTHING
-        node = body if isinstance(body, Intersect) else seq(lit("["), body, lit("]"))
+        node = body if isinstance(body, Intersect) else self._wrap("[", body, "]")
         if "contains" in schema:
             counted = self._contains(schema, rest, bool(prefix), path)
             if counted is not None:
@@ -777,7 +784,7 @@ class SchemaCompiler:
                 options.append(seq(*counted, Repeat(seq(sep, rest), 0, None)))
             else:
                 options.append(seq(*counted, Repeat(more, 0, b - start), Repeat(seq(sep, other), 0, None)))
-        return seq(lit("["), alt(*options), lit("]"))
+        return self._wrap("[", alt(*options), "]")
 
     def _object(self, schema: dict, path: str) -> Node:
         deps = self._dependencies(schema, path)
@@ -796,8 +803,11 @@ class SchemaCompiler:
         extra = schema.get("additionalProperties")
         if extra is None:
             # the strict reading (tool calls: undeclared keys refused) narrows what is admitted; on the subtracted
-            # side of a `not` it would narrow what is removed, and admit objects the schema forbids
-            extra = True if self._negative else bool(self.additional_properties)
+            # side of a `not` it would narrow what is removed, and admit objects the schema forbids. Free-form maps
+            # stay open where `free_form_maps` says so
+            free_form = (self.free_form_maps and self._depth > 0 and "properties" not in schema
+                         and not (required or patterns))
+            extra = True if self._negative or free_form else bool(self.additional_properties)
         syn = self.syntax
         neg = self._negative
         names = self._property_names(schema, path)
@@ -859,7 +869,7 @@ class SchemaCompiler:
         n_declared = len(members)
         if hi is not None and hi < n_required:
             return NOTHING
-        declared = seq(lit("{"), Fields(fields, self._sep), lit("}"))
+        declared = self._wrap("{", Fields(fields, self._sep), "}")
         if extras == NOTHING:
             if lo > n_declared:
                 return NOTHING
@@ -874,7 +884,7 @@ class SchemaCompiler:
             return declared
         more = _one_or_more(extras, self._sep)
         if lo <= n_required and hi is None:
-            return seq(lit("{"), Fields((*fields, (more, False)), self._sep), lit("}"))
+            return self._wrap("{", Fields((*fields, (more, False)), self._sep), "}")
         options: list[Node] = []
         if lo <= n_declared:
             options.append(
@@ -882,7 +892,7 @@ class SchemaCompiler:
                 if lo > n_required or (hi is not None and hi < n_declared) else declared
             )
         if hi is None or hi > n_required:
-            with_extras = seq(lit("{"), Fields((*fields, (more, True)), self._sep), lit("}"))
+            with_extras = self._wrap("{", Fields((*fields, (more, True)), self._sep), "}")
             limits: list[Node] = []
             if lo - 1 > n_required:
                 keys = [(self.syntax.dumps(name)).encode() for name, _, _ in members]
@@ -896,7 +906,7 @@ class SchemaCompiler:
         """For a difference's right side: members in any order (repeats allowed), the first required keys
         present, at least minProperties members; maxProperties not enforced."""
         options = [node for _, node, _ in members] + ([extras] if extras != NOTHING else [])
-        body = seq(lit("{"), Repeat(alt(*options), 0, None, self._sep), lit("}")) if options else lit("{}")
+        body = self._wrap("{", Repeat(alt(*options), 0, None, self._sep), "}") if options else self._wrap("{", EMPTY, "}")
         depth = self._scan_depth()
         limits = [
             keyed_count([self.syntax.dumps(name).encode()], 1, max_depth=depth) for name, _, r in members if r
@@ -1074,11 +1084,11 @@ class SchemaCompiler:
             seq(lit('"'), string_content(python=syn.python), lit('"')),
         ]
         if depth <= 0:
-            return alt(*scalars, lit("[]"), lit("{}"))
+            return alt(*scalars, self._wrap("[", EMPTY, "]"), self._wrap("{", EMPTY, "}"))
         inner = self.any_value(depth - 1)
         key = seq(lit('"'), string_content(python=syn.python), lit('"' + syn.key_sep))
-        array = seq(lit("["), Repeat(inner, 0, None, self._sep), lit("]"))
-        obj = seq(lit("{"), Repeat(seq(key, inner), 0, None, self._sep), lit("}"))
+        array = self._wrap("[", Repeat(inner, 0, None, self._sep), "]")
+        obj = self._wrap("{", Repeat(seq(key, inner), 0, None, self._sep), "}")
         return alt(*scalars, array, obj)
 
 

@@ -152,13 +152,13 @@ def _unique(items: Iterable[str]) -> list[str]:
 
 def closed_objects(schema: Any) -> Any:
     """A copy of `schema` whose objects without `additionalProperties` admit only their declared properties and
-    their required keys: the grammar's reading of objects in a tool call, for an independent validator and for
-    the peer engines. An object's `allOf` parts and `anyOf` / `oneOf` branches belong to it, as the grammar merges
+    their required keys (an object below the root that declares no key stays a free-form map): the grammar's reading
+    of objects in a tool call, for an independent validator and for the peer engines. An object's `allOf` parts and `anyOf` / `oneOf` branches belong to it, as the grammar merges
     them: their keys are declared on the object (any value there; the parts still hold them) and the parts are not
     closed on their own. `not` stays open (closing under it would widen it), and so do `const`, `enum`, `default`
     and `examples`, which hold values."""
     out = copy.deepcopy(schema)
-    _close(out, whole=True)
+    _close(out, whole=True, root=True)
     return out
 
 
@@ -173,6 +173,12 @@ def _object_like(node: dict[str, Any]) -> bool:
         return True
     parts = node.get("allOf")
     return isinstance(parts, list) and any(isinstance(p, dict) and _object_like(p) for p in parts)
+
+
+def _declares_keys(node: dict[str, Any]) -> bool:
+    """Whether the object `node` names any key (own or its parts'; `properties: {}` names that it has none); one
+    below the root that names none is a free-form map, which the grammar leaves open (closed, it could only be `{}`)."""
+    return "properties" in node or bool(node.get("required") or node.get("patternProperties") or _part_keys(node))
 
 
 def _part_keys(node: dict[str, Any]) -> list[str]:
@@ -191,16 +197,16 @@ def _part_keys(node: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(keys))
 
 
-def _close(node: Any, *, whole: bool) -> None:
+def _close(node: Any, *, whole: bool, root: bool = False) -> None:
     """Close `node`'s objects in place (see `closed_objects`); `whole` is false for a part of a closed object,
-    which closes what lies below it but not itself."""
+    which closes what lies below it but not itself; `root` is true for the schema's own object and its branches."""
     if isinstance(node, list):
         for item in node:
-            _close(item, whole=whole)
+            _close(item, whole=whole, root=root)
         return
     if not isinstance(node, dict):
         return
-    closes = whole and _object_like(node) and "additionalProperties" not in node
+    closes = whole and _object_like(node) and "additionalProperties" not in node and (root or _declares_keys(node))
     if closes:
         node["additionalProperties"] = False
         declare_required(node)
@@ -211,7 +217,7 @@ def _close(node: Any, *, whole: bool) -> None:
         if key in _VALUE_KEYS:
             continue
         if key in _COMBINATORS:
-            _close(value, whole=whole and not closes and key != "allOf")
+            _close(value, whole=whole and not closes and key != "allOf", root=root)
         elif key in ("properties", "$defs", "definitions", "patternProperties"):
             for sub in value.values() if isinstance(value, dict) else ():
                 _close(sub, whole=True)
