@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
+import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -789,3 +790,23 @@ def test_closed_objects_leave_free_form_maps_below_the_root_open() -> None:
     assert closed["properties"]["none"]["additionalProperties"] is False
     assert closed["properties"]["keyed"]["additionalProperties"] is False
     assert closed_objects({"type": "object"})["additionalProperties"] is False
+
+
+def test_closed_objects_leave_the_branches_of_an_open_object_open(bytelevel_vocab: Any) -> None:
+    """An object that states `additionalProperties: true` with an `anyOf` branch: the grammar merges the branch
+    into the open object, so the checker must not close the branch on its own (it refused every call)."""
+    from tooldec.compiler import Compiler
+    from tooldec.conformance import feed
+
+    params = {
+        "type": "object",
+        "additionalProperties": True,
+        "properties": {"k": {"type": "integer"}},
+        "anyOf": [{"properties": {"x": {"type": "integer"}}}],
+    }
+    guide = Compiler(bytelevel_vocab).compile([ToolSpec("f", "", params)], "json")
+    checker = jsonschema.Draft202012Validator(closed_objects(params))
+    for arguments, valid in (({"k": 1}, True), ({"k": 1, "x": 2}, True), ({"x": "s"}, False)):
+        text = '{"name": "f", "arguments": ' + json.dumps(arguments) + "}"
+        assert feed(guide.guide(), bytelevel_vocab.encode(text)) == valid
+        assert checker.is_valid(arguments) == valid

@@ -152,11 +152,12 @@ def _unique(items: Iterable[str]) -> list[str]:
 
 def closed_objects(schema: Any) -> Any:
     """A copy of `schema` whose objects without `additionalProperties` admit only their declared properties and
-    their required keys (an object below the root that declares no key stays a free-form map): the grammar's reading
-    of objects in a tool call, for an independent validator and for the peer engines. An object's `allOf` parts and `anyOf` / `oneOf` branches belong to it, as the grammar merges
-    them: their keys are declared on the object (any value there; the parts still hold them) and the parts are not
-    closed on their own. `not` stays open (closing under it would widen it), and so do `const`, `enum`, `default`
-    and `examples`, which hold values."""
+    their required keys (an object below the root that declares no key stays a free-form map): the grammar's
+    reading of objects in a tool call, for an independent validator and for the peer engines. An object's `allOf`
+    parts and `anyOf` / `oneOf` branches belong to it, as the grammar merges them: their keys are declared on the
+    object (any value there; the parts still hold them), and the parts are never closed on their own, also where
+    the object states `additionalProperties` itself. `not` stays open (closing under it would widen it), and so do
+    `const`, `enum`, `default` and `examples`, which hold values."""
     out = copy.deepcopy(schema)
     _close(out, whole=True, root=True)
     return out
@@ -217,7 +218,7 @@ def _close(node: Any, *, whole: bool, root: bool = False) -> None:
         if key in _VALUE_KEYS:
             continue
         if key in _COMBINATORS:
-            _close(value, whole=whole and not closes and key != "allOf", root=root)
+            _close(value, whole=whole and not _object_like(node) and key != "allOf", root=root)
         elif key in ("properties", "$defs", "definitions", "patternProperties"):
             for sub in value.values() if isinstance(value, dict) else ():
                 _close(sub, whole=True)
