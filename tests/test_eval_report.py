@@ -163,16 +163,19 @@ def test_comparison_over_models_plots_each_and_labels_every_mode(tmp_path: Path)
     assert sorted(captured[0]) == ["free", "tooldec"]
 
 
-def test_rows_mark_forced_calls_and_compressed_descriptions() -> None:
+def test_rows_mark_forced_calls_formats_and_compressed_descriptions() -> None:
     docs = [
-        {"config": {"benchmark": "bfcl-simple", "model": "m", "decoding": "free"}, "summary": {"free": {}}},
+        {"config": {"benchmark": "bfcl-simple", "model": "m", "decoding": "free", "format": "hermes"},
+         "summary": {"free": {}}},
+        {"config": {"benchmark": "bfcl-simple", "model": "m", "decoding": "tooldec", "format": "hermes-lines"},
+         "summary": {"tooldec": {}}},
         {"config": {"benchmark": "bfcl-simple", "model": "m", "decoding": "free", "tool_choice": "required"},
          "summary": {"free": {}}},
         {"config": {"benchmark": "restbench-tmdb", "model": "m", "decoding": "free", "compressed": "short.json"},
          "summary": {"free": {}}},
     ]
     names = [row["benchmark"] for row in result_rows(docs)]
-    assert names == ["bfcl-simple", "bfcl-simple (required)", "restbench-tmdb (compressed)"]
+    assert names == ["bfcl-simple", "bfcl-simple (hermes-lines)", "bfcl-simple (required)", "restbench-tmdb (compressed)"]
 
 
 def test_markdown_table_of_no_rows() -> None:

@@ -23,6 +23,7 @@ def rows(runs: Path) -> list[str]:
         bench = config.get("benchmark", "?")
         cell = bench + (f" {config['tools']}" if config.get("tools") else "")
         cell += " (required)" if config.get("tool_choice") == "required" else ""
+        cell += f" ({config['format']})" if bench.startswith("bfcl-") and config.get("format") not in (None, "hermes") else ""
         cell += " (compressed)" if config.get("compressed") else ""
         n = len(records)
         right = sum(bool(r.get("correct")) for r in records)

@@ -169,10 +169,13 @@ def result_rows(docs: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _variant(config: Mapping[str, Any]) -> str:
-    """The benchmark's name, marked when the run forced calls or used compressed tool descriptions."""
+    """The benchmark's name, marked when the run forced calls, compiled BFCL calls in another format than
+    `hermes` (`hermes-lines`) or used compressed tool descriptions."""
     name = str(config.get("benchmark", ""))
     if config.get("tool_choice") == "required":
         name += " (required)"
+    if name.startswith("bfcl-") and config.get("format") not in (None, "hermes"):
+        name += f" ({config['format']})"
     if config.get("compressed"):
         name += " (compressed)"
     return name
