@@ -29,7 +29,7 @@ def _fail(message: str) -> None:
 def sample(
     tools: Path = typer.Option(..., "--tools", help="OpenAI-style tools list (JSON), a BFCL entry, or OpenAPI."),
     tokenizer: Path = typer.Option(..., "--tokenizer", help="tokenizer.json (or its folder)."),
-    format: str = typer.Option("json", "--format", help="Call format: json | python | hermes."),
+    format: str = typer.Option("json", "--format", help="Call format: json | python | hermes | hermes-lines (pretty JSON too) | llama31 | mistral."),
     n: int = typer.Option(1, "--n", min=1, help="Number of walks."),
     seed: int = typer.Option(0, "--seed", help="Random seed."),
     max_tokens: int = typer.Option(4096, "--max-tokens", help="Give up a walk after this many tokens."),
