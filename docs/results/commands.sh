@@ -17,6 +17,7 @@ ev() {  # ev BENCHMARK DECODING BATCH [options...]: one run into $runs/<name>
   local suffix=""
   [[ " $* " == *" --compressed "* ]] && suffix=-compressed
   [[ " $* " == *" --tool-choice required"* ]] && suffix=$suffix-required
+  [[ " $* " == *" --format hermes-lines"* ]] && suffix=$suffix-lines
   local limit=(); [ "$n" != all ] && limit=(--limit "$n")
   local replay=()  # one-shot benchmarks: fuzzy scores the free run's generations instead of decoding them again
   [ "$d" = fuzzy ] && [[ $b == kamel || $b == bfcl-* ]] && replay=(--replay "$runs/$name-$m-free$suffix")
@@ -34,6 +35,11 @@ modes bfcl-simple 8 --tool-choice required
 modes funcqa-mh 8
 modes bfcl-multiple 8
 modes bfcl-multiple 8 --tool-choice required
+# ToolDec's calls in hermes-lines (they may be pretty-printed, as Qwen2.5-Coder writes its ```json blocks; free and
+# fuzzy decoding are the same runs as above). SmolLM2 is left out: in auto mode it scores 0-0.5% in every mode.
+if [ "$m" = qwen2.5-coder-0.5b ]; then
+  for b in bfcl-multiple bfcl-simple; do ev $b tooldec 8 --format hermes-lines; done
+fi
 for c in parallel parallel-multiple; do
   modes bfcl-$c 8
   modes bfcl-$c 8 --tool-choice required
