@@ -466,12 +466,16 @@ def with_aliases(fmt: str | CallFormat, tools: Iterable[ToolSpec]) -> CallFormat
     return Aliased(fmt, table)
 
 
+def _hermes(inner: JsonCall, name: str) -> Wrapped:
+    """Hermes/Qwen blocks around a JSON call: `<tool_call>` tags, or a Markdown JSON block."""
+    return Wrapped(inner, "<tool_call>\n", "\n</tool_call>", name=name, also=(("```json\n", "\n```"),))
+
+
 FORMATS: dict[str, CallFormat] = {
     "json": JsonCall(),
     "python": PythonCall(),
-    "hermes": Wrapped(JsonCall(), "<tool_call>\n", "\n</tool_call>", name="hermes", also=(("```json\n", "\n```"),)),
-    "hermes-lines": Wrapped(JsonCall(syntax=JSON_LINES), "<tool_call>\n", "\n</tool_call>", name="hermes-lines",
-                            also=(("```json\n", "\n```"),)),
+    "hermes": _hermes(JsonCall(), "hermes"),
+    "hermes-lines": _hermes(JsonCall(syntax=JSON_LINES), "hermes-lines"),
     "toolken": ToolkenCall(),
     "react": ReactCall(),
     "llama31": JsonCall(name="llama31", arguments_key="parameters"),

@@ -2,8 +2,9 @@
 
 These languages read any well-formed JSON text (they do not check values): strings are skipped as strings (a
 `,` or bracket inside one is not structure), brackets are tracked up to `max_depth` levels, commas at the top
-level separate members, and whitespace alone is no member (`{\n}` is empty, as a line-broken layout writes it). Intersected with a container's own grammar they restrict it (to a number of
-members, to members with given keys) without copying its value machines once per count. Text nested deeper
+level separate members, and whitespace alone is no member (`{\n}` is empty, as a line-broken layout writes it).
+Intersected with a container's own grammar they restrict it (to a number of members, to members with given keys)
+without copying its value machines once per count. Text nested deeper
 than `max_depth` is not read: callers pass a depth at least that of the grammar they intersect or subtract
 from (the schema compiler tracks it), so nothing is cut.
 """
