@@ -102,9 +102,11 @@ def test_react_agent_guided_actions_are_valid(lm: LoadedModel, executor: ToolExe
         assert "could not be read" not in result.text
 
 
-def test_chat_agent_required_call_then_answer(lm: LoadedModel, executor: ToolExecutor) -> None:
+@pytest.mark.parametrize("layout", ["compact", "lines"])
+def test_chat_agent_required_call_then_answer(lm: LoadedModel, executor: ToolExecutor, layout: str) -> None:
     agent = ChatAgent(
-        lm, executor, tool_choice="multiply", params=SamplingParams(temperature=1.0, seed=0), max_new_tokens=120
+        lm, executor, tool_choice="multiply", params=SamplingParams(temperature=1.0, seed=0), max_new_tokens=120,
+        layout=layout,
     )
     lm.tokenizer.chat_template = (
         "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"

@@ -346,7 +346,8 @@ def test_a_full_queue_answers_429(lm: LoadedModel) -> None:
 
 
 def test_the_serve_command_serves_a_model_folder(lm: LoadedModel, tmp_path: Any) -> None:
-    """`tooldec serve --model FOLDER` in its own process, on 127.0.0.1, stopped by the test."""
+    """`tooldec serve --model FOLDER` in its own process, on 127.0.0.1, stopped by the test; a call layout the
+    model's syntax lacks stops it before it serves."""
     import os
     import subprocess
     import sys
@@ -378,6 +379,12 @@ def test_the_serve_command_serves_a_model_folder(lm: LoadedModel, tmp_path: Any)
     finally:
         proc.terminate()
         proc.wait(30)
+    refused = subprocess.run(
+        [sys.executable, "-m", "tooldec", "serve", "--model", str(tmp_path), "--port", str(port), "--threads", "1",
+         "--call-layout", "pretty"],
+        check=False, capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert refused.returncode != 0 and "unknown call layout 'pretty'" in refused.stderr
 
 
 USER_ONLY = list(USER)  # the one body sent without a model
@@ -547,6 +554,40 @@ def test_streaming_holds_back_a_trigger_until_it_is_decided(lm: LoadedModel) -> 
         {"name": "get_weather", "arguments": '{"city": "Rome"}'}]
 
 
+@pytest.fixture(scope="module")
+def weather_lines(lm: LoadedModel) -> Any:
+    """get_weather's calls in the Hermes blocks, laid out compact or pretty-printed (`hermes-lines`)."""
+    from tooldec.compiler import Compiler
+    from tooldec.specs import from_openai_tools
+
+    return Compiler(lm.vocab).compile(from_openai_tools(TOOLS[:1]), "hermes-lines")
+
+
+@settings(max_examples=40, deadline=None)
+@given(city=st.text("abcdefg h", min_size=1, max_size=12), unit=st.sampled_from([None, "celsius", "fahrenheit"]),
+       days=st.one_of(st.none(), st.integers(1, 14)), indent=st.sampled_from([None, 0, 1, 2, 4]),
+       fence=st.booleans())
+def test_streamed_arguments_keep_the_layout_the_model_wrote(lm: LoadedModel, weather_lines: Any, city: str,
+                                                            unit: str | None, days: int | None, indent: int | None,
+                                                            fence: bool) -> None:
+    """In the lines layout a call may be pretty-printed: it is announced once its name is written, its arguments
+    stream as written (line breaks included) and parse to what the grammar parsed."""
+    from tooldec.decoding import CallController
+
+    ctrl = CallController(weather_lines, trigger=("<tool_call>", "```json"), after_call="text")
+    out = OutputBuilder(lm.vocab, ctrl, kind="tools")
+    args = {"city": city} | ({"unit": unit} if unit else {}) | ({"days": days} if days else {})
+    call = json.dumps({"name": "get_weather", "arguments": args}, indent=indent)
+    opening, closing = ("```json\n", "\n```") if fence else ("<tool_call>\n", "\n</tool_call>")
+    for token in lm.vocab.encode(f"Sure. {opening}{call}{closing}"):
+        out.on_token(token, ctrl.accept_token(token))
+    out.finish()
+    assert out.mismatches == [] and out.content == "Sure."
+    [done] = out.complete_calls
+    assert done.name == "get_weather" and done.arguments in call and json.loads(done.arguments) == args
+    assert ("\n" in done.arguments) == (indent is not None)
+
+
 class Script:
     """A forward hook that makes a tiny model write `text` after the last assistant header, then EOS (one row at a
     time, no prefix cache: it reads the answer so far from the tokens fed). Control tokens count as their names,
@@ -580,8 +621,9 @@ class Script:
         return output
 
 
-def scripted_server(text: str, *, special_tool_call: bool = False) -> Server:
-    """A server whose model writes `text` in every answer (greedy), with `<tool_call>` a text or control token."""
+def scripted_server(text: str, *, special_tool_call: bool = False, call_layout: str = "compact") -> Server:
+    """A server whose model writes `text` in every answer (greedy), with `<tool_call>` a text or control token,
+    its guided calls in `call_layout`."""
     hf = _tokenizer(special_tool_call=special_tool_call)
     vocab = Vocabulary.from_hf(hf)
     assert ("<tool_call>" in vocab.special_ids) == special_tool_call
@@ -590,7 +632,8 @@ def scripted_server(text: str, *, special_tool_call: bool = False) -> Server:
         num_key_value_heads=2, max_position_embeddings=4096)).eval()
     lm = LoadedModel(model, hf, vocab, MODEL, "test", 0.0)
     model.register_forward_hook(Script(lm, text), with_kwargs=True)
-    config = ServeConfig(model_name=MODEL, max_batch=1, default_max_tokens=96, max_model_len=2048, prefix_cache=0)
+    config = ServeConfig(model_name=MODEL, max_batch=1, default_max_tokens=96, max_model_len=2048, prefix_cache=0,
+                         call_layout=call_layout)
     return Server(create_app(lm, config))
 
 
@@ -629,6 +672,19 @@ def test_a_call_the_model_opens_in_auto_mode_comes_back_as_tool_calls(special: b
     assert check_calls(whole.message) == [("get_weather", {"city": "Paris", "days": 3})]
     assert whole.message.content == content == "Let me check."
     assert streamed == [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+
+
+def test_a_server_in_the_lines_layout_keeps_a_pretty_printed_call() -> None:
+    """`--call-layout lines`: the model's pretty-printed Markdown JSON call is guided as written and answered as
+    `tool_calls` (arguments as the model laid them out), streamed and not."""
+    pretty = json.dumps(json.loads(WEATHER_CALL), indent=2)
+    with scripted_server(f"Let me check.\n```json\n{pretty}\n```", call_layout="lines") as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        whole, content, streamed, finish = whole_and_streamed(client, tools=TOOLS)
+    assert whole.finish_reason == finish == "tool_calls" and whole.message.content == content == "Let me check."
+    assert check_calls(whole.message) == [("get_weather", {"city": "Paris", "days": 3})]
+    assert streamed == [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+    assert "\n" in whole.message.tool_calls[0].function.arguments
 
 
 def test_a_markdown_json_block_is_content_when_no_tool_may_be_called() -> None:

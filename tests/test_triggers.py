@@ -3,10 +3,11 @@ spells as text, and the free baseline reading the same shapes."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooldec.agents.chat import CHAT_SYNTAXES, parse_free_calls
+from tooldec.agents.chat import CHAT_SYNTAXES, chat_syntax, parse_free_calls
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController
 from tooldec.decoding.trigger import Triggers
@@ -97,6 +98,16 @@ def test_the_free_baseline_reads_the_same_shapes() -> None:
     calls, errors = parse_free_calls(text, CHAT_SYNTAXES["hermes"])
     assert [c.name for c in calls] == ["get_weather"] * 2 and len(errors) == 1
     assert CHAT_SYNTAXES["hermes"].triggers == ("<tool_call>", "```json")
+
+
+def test_a_chat_syntax_in_the_lines_layout_compiles_its_pretty_format() -> None:
+    lines = chat_syntax("hermes", "lines")
+    assert (lines.family, lines.format, lines.triggers) == ("hermes", "hermes-lines", CHAT_SYNTAXES["hermes"].triggers)
+    assert [chat_syntax(f).format for f in CHAT_SYNTAXES] == list(CHAT_SYNTAXES)
+    with pytest.raises(ValueError, match="exists for hermes calls only, not 'mistral'"):
+        chat_syntax("mistral", "lines")
+    with pytest.raises(ValueError, match="unknown call syntax"):
+        chat_syntax("xml")
 
 
 def test_the_free_baseline_sees_a_control_token_trigger(bytelevel_vocab: Vocabulary) -> None:

@@ -168,6 +168,7 @@ def test_payload_round_trip() -> None:
         (json.dumps({"tools": TOOLS, "parallel_tool_calls": "yes"}), "parallel_tool_calls"),
         (json.dumps({"tools": TOOLS, "syntax": "xml"}), "unknown call syntax"),
         (json.dumps({"tools": TOOLS, "max_calls": 0}), "max_calls"),
+        (json.dumps({"tools": TOOLS, "layout": "pretty"}), "unknown call layout"),
         (json.dumps({"tools": TOOLS, "tool": 1}), "unknown tooldec payload field"),
         (json.dumps({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 3}}}]}),
          "invalid tools"),
@@ -227,6 +228,45 @@ def test_a_markdown_json_block_with_a_suffix_name_is_a_guided_call(factory: Poli
     first, second = call_blocks('<tool_call>\n{"name": "add", "arguments": {}}\n</tool_call>```json\n{"na')
     assert first.complete and not second.complete and second.json == '{"na'
     assert [opening_overlap(t) for t in ("see ``", "see <tool_ca", "done.", "```json")] == [2, 8, 0, 0]
+
+
+PRETTY = json.dumps({"name": "weather", "arguments": {"city": "Paris", "days": [1, 2]}}, indent=2)
+"""A call as Qwen2.5-Coder pretty-prints it in its Markdown JSON blocks (naming get_weather by its suffix)."""
+
+
+def test_the_lines_layout_guides_a_pretty_printed_call(factory: PolicyFactory, vocab: Vocabulary) -> None:
+    """Asked for (the request's `layout`, or the factory's default), a guided call may keep the model's line
+    breaks; compact, the first line break inside the call is refused. The parser's block reader reads both."""
+    text = f"Sure.\n```json\n{PRETTY}\n```"
+    pretty_tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "array", "items": {
+            "type": "integer"}}}}}}]
+    lines = PolicyFactory(factory.compiler, "hermes", "lines")
+    for policy in (factory.policy(ToolRequest.from_payload({"tools": pretty_tools, "layout": "lines"})),
+                   lines.policy(ToolRequest.from_payload({"tools": pretty_tools}))):
+        [event] = policy.accept_tokens(vocab.encode(text))
+        assert [(c.name, c.arguments) for c in event.calls] == [("get_weather", {"city": "Paris", "days": [1, 2]})]
+    compact = factory.policy(ToolRequest.from_payload({"tools": pretty_tools}))
+    tokens = vocab.encode(text)
+    assert vocab.decode(tokens[: compact.validate_tokens(tokens)]) == b"Sure.\n```json\n{"
+    back = lines.policy(ToolRequest.from_payload({"tools": pretty_tools, "layout": "compact"}))
+    assert back.validate_tokens(tokens) == compact.validate_tokens(tokens)  # a request may ask for compact
+    [block] = call_blocks(text)
+    assert block.complete and json.loads(block.json)["arguments"] == {"city": "Paris", "days": [1, 2]}
+
+
+def test_a_layout_the_syntax_lacks_is_refused(factory: PolicyFactory) -> None:
+    payload = tool_payload(TOOLS, layout="lines")[PAYLOAD_KEY]
+    check_compiles(payload, "hermes")
+    for syntax in ("llama31", "mistral"):
+        with pytest.raises(ToolRequestError, match="exists for hermes calls only"):
+            check_compiles(payload, syntax)
+        with pytest.raises(ToolRequestError, match="exists for hermes calls only"):
+            factory.policy(ToolRequest.from_payload({"tools": TOOLS, "syntax": syntax, "layout": "lines"}))
+    with pytest.raises(ValueError, match="exists for hermes calls only"):
+        PolicyFactory(factory.compiler, "llama31", "lines")
+    with pytest.raises(ValueError, match="unknown call layout"):
+        PolicyFactory(factory.compiler, "hermes", "pretty")
 
 
 def test_required_calls_come_back_to_back_then_eos(factory: PolicyFactory, vocab: Vocabulary) -> None:
@@ -617,6 +657,33 @@ def test_vllm_markdown_json_call_with_a_suffix_name(client: Any) -> None:
             name = name or (delta.function.name if delta.function else None)
             arguments += (delta.function.arguments or "") if delta.function else ""
     assert (name, json.loads(arguments)) == (call.function.name, json.loads(call.function.arguments))
+
+
+PRETTY_SHOT = [
+    {**m, "content": m["content"].replace(block, json.dumps(json.loads(block), indent=2))}
+    if m["role"] == "assistant" and (block := m["content"].removeprefix("```json\n").removesuffix("\n```")) != m["content"]
+    else m
+    for m in FENCE_SHOT
+]
+"""FENCE_SHOT with its calls pretty-printed, as Qwen2.5-Coder writes them."""
+
+
+@pytest.mark.vllm
+def test_vllm_the_lines_layout_keeps_a_pretty_printed_call(client: Any) -> None:
+    """A request whose payload asks for the lines layout keeps the model's pretty-printed call (guided, valid);
+    compact, the same model is held to one line. The parser reads both."""
+    specs = from_openai_tools(TOOLS)
+    written = {}
+    for layout in ("lines", "compact"):
+        raw = client.chat.completions.create(model="smollm2", messages=PRETTY_SHOT, max_tokens=64, temperature=0,
+                                             extra_body={"vllm_xargs": tool_payload(TOOLS, "auto", layout=layout)})
+        text = raw.choices[0].message.content or ""
+        [block, *_] = call_blocks(text)
+        assert block.complete, text
+        assert SyntaxChecker(specs, with_aliases("hermes-lines", specs)).classify(text[block.start : block.end]).kind is None
+        written[layout] = block.json
+    assert "\n" in written["lines"] and "\n" not in written["compact"], written
+    assert json.loads(written["lines"])["name"] in ("add", "weather", "get_weather")
 
 
 @pytest.mark.vllm

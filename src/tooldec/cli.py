@@ -397,6 +397,9 @@ def serve(
     compile_timeout: float = typer.Option(60.0, "--compile-timeout", min=0.1, help="Seconds a tool set may take to compile."),
     max_body_mb: float = typer.Option(8.0, "--max-body-mb", min=0.001, help="Largest request body accepted."),
     prefix_cache: int = typer.Option(8, "--prefix-cache", min=0, help="Prompts whose KV cache is kept for reuse."),
+    call_layout: str = typer.Option(
+        "compact", "--call-layout", help="compact, or lines: a guided call's JSON may be pretty-printed too (Hermes)."
+    ),
     threads: int | None = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
 ) -> None:
@@ -416,10 +419,14 @@ def serve(
     config = ServeConfig(
         model_name=served_model_name or lm.name, max_batch=max_batch, max_waiting=max_waiting,
         max_model_len=max_model_len, default_max_tokens=max_tokens, compile_timeout=compile_timeout,
-        max_body_bytes=int(max_body_mb * (1 << 20)), prefix_cache=prefix_cache,
+        max_body_bytes=int(max_body_mb * (1 << 20)), prefix_cache=prefix_cache, call_layout=call_layout,
     )
+    try:
+        application = create_app(lm, config)
+    except ValueError as exc:
+        _fail(str(exc))
     err.print(f"serving {config.model_name} ({lm.source}) on http://{host}:{port}/v1")
-    uvicorn.run(create_app(lm, config), host=host, port=port, log_level=log_level)
+    uvicorn.run(application, host=host, port=port, log_level=log_level)
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tooldec.agents.executor import ToolExecutor
@@ -21,7 +21,7 @@ from tooldec.backends.loader import LoadedModel
 from tooldec.decoding import CallController, FreeController, SamplingParams
 from tooldec.decoding.decoder import Decoder
 from tooldec.decoding.prefix import PromptPrefix
-from tooldec.grammar.calls import CallParseError, ParsedCall, get_format, with_aliases
+from tooldec.grammar.calls import CallParseError, ParsedCall, format_in_layout, get_format, with_aliases
 from tooldec.specs import ToolSet
 
 FENCE_OPEN = "```json"
@@ -32,18 +32,30 @@ _BLOCKS = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>|```json\n)
 
 @dataclass(frozen=True)
 class ChatSyntax:
-    """How one model family writes calls: the tooldec format, the text or token that opens a call (and `also`,
-    others that open one too), and whether several calls may follow each other in one turn."""
+    """How one model family writes calls: the family's name, the text or token that opens a call (and `also`,
+    others that open one too), whether several calls may follow each other in one turn, and the layout its
+    guided JSON may take."""
 
-    format: str
+    family: str
     trigger: str
     parallel: bool
     also: tuple[str, ...] = ()
+    layout: str = "compact"
 
     @property
     def triggers(self) -> tuple[str, ...]:
         """Every text or token that opens a call, the one a required call forces first."""
         return (self.trigger, *self.also)
+
+    @property
+    def format(self) -> str:
+        """The tooldec call format of this family in this layout (`hermes`, `hermes-lines`, `llama31`, ...)."""
+        return format_in_layout(self.family, self.layout)
+
+    def laid_out(self, layout: str) -> ChatSyntax:
+        """This syntax with guided calls in `layout` (LAYOUTS); raises ValueError for a layout the family lacks."""
+        format_in_layout(self.family, layout)
+        return replace(self, layout=layout)
 
 
 CHAT_SYNTAXES: dict[str, ChatSyntax] = {
@@ -51,6 +63,13 @@ CHAT_SYNTAXES: dict[str, ChatSyntax] = {
     "llama31": ChatSyntax("llama31", '{"name": ', parallel=False),
     "mistral": ChatSyntax("mistral", "[TOOL_CALLS]", parallel=True),
 }
+
+
+def chat_syntax(family: str, layout: str = "compact") -> ChatSyntax:
+    """The chat syntax of a model family (a key of CHAT_SYNTAXES) with its calls in `layout`; raises ValueError."""
+    if family not in CHAT_SYNTAXES:
+        raise ValueError(f"unknown call syntax {family!r}; known: {', '.join(CHAT_SYNTAXES)}")
+    return CHAT_SYNTAXES[family].laid_out(layout)
 
 
 def detect_syntax(tokenizer: Any) -> str:
@@ -98,6 +117,8 @@ class ChatAgent:
     jump_forward: bool = True
     params: SamplingParams = field(default_factory=SamplingParams)
     syntax: str | None = None
+    layout: str = "compact"
+    """How guided calls may be laid out (`tooldec.grammar.calls.LAYOUTS`)."""
     max_rounds: int = 4
     max_new_tokens: int = 256
     explain: bool = False
@@ -138,7 +159,7 @@ class ChatAgent:
 
         A round whose calls were all made before (small models call the same tool again after its result) is
         dropped, and the next round is decoded with tool_choice "none": the model has its results and answers."""
-        syntax = CHAT_SYNTAXES[self.syntax or detect_syntax(self.lm.tokenizer)]
+        syntax = chat_syntax(self.syntax or detect_syntax(self.lm.tokenizer), self.layout)
         messages = self.messages_for(question)
         openai_tools = [t.to_openai() for t in self.executor.tools]
         totals = AgentResult(answer=None)
@@ -192,7 +213,7 @@ def parse_free_calls(text: str, syntax: ChatSyntax) -> tuple[list[ParsedCall], l
     fmt = get_format(syntax.format)
     calls: list[ParsedCall] = []
     errors: list[str] = []
-    if syntax.format == "hermes":  # `<tool_call>` blocks and Markdown JSON blocks, the shapes the grammar takes
+    if syntax.family == "hermes":  # `<tool_call>` blocks and Markdown JSON blocks, the shapes the grammar takes
         for m in _BLOCKS.finditer(text):
             chunk = m.group(1) if m.group(1) is not None else m.group(2)
             try:
@@ -203,7 +224,7 @@ def parse_free_calls(text: str, syntax: ChatSyntax) -> tuple[list[ParsedCall], l
     start = text.find(syntax.trigger) if syntax.trigger in text else -1
     if start < 0:
         return [], []
-    body = text[start + (len(syntax.trigger) if syntax.format == "mistral" else 0) :].strip()
+    body = text[start + (len(syntax.trigger) if syntax.family == "mistral" else 0) :].strip()
     try:
         parse_all = getattr(fmt, "parse_all", None)
         calls = parse_all(body) if parse_all else [fmt.parse(body)]

@@ -483,6 +483,24 @@ FORMATS: dict[str, CallFormat] = {
 }
 
 
+LAYOUTS = ("compact", "lines")
+"""How a guided JSON call may be laid out: compact (canonical spacing) or lines (pretty-printed too, as
+Qwen2.5-Coder writes its Markdown JSON blocks; `tooldec.grammar.syntax.JSON_LINES`)."""
+
+
+def format_in_layout(name: str, layout: str) -> str:
+    """The name of format `name` with its JSON in `layout` (`hermes`, "lines" -> `hermes-lines`); raises
+    ValueError for an unknown layout or a format that has no such variant."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown call layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    laid_out = name if layout == "compact" else f"{name}-{layout}"
+    if laid_out not in FORMATS:
+        with_layout = sorted(f for f in FORMATS if f.endswith(f"-{layout}"))
+        raise ValueError(f"call layout {layout!r} exists for {', '.join(f.split('-')[0] for f in with_layout)} "
+                         f"calls only, not {name!r}")
+    return laid_out
+
+
 HERMES_BLOCKS: tuple[tuple[str, str], ...] = tuple((o.strip(), c.strip()) for o, c in FORMATS["hermes"].pairs)  # type: ignore[attr-defined]
 """(opening, closing) of every shape a Hermes call is written in: `<tool_call>` tags, a Markdown JSON block."""
 

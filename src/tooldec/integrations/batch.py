@@ -6,7 +6,8 @@ OpenAI request body's `vllm_xargs`, or `SamplingParams.extra_args`); the JSON ob
 - `tools`: OpenAI tools (or bare functions, MCP tools), as in the Chat Completions request;
 - `tool_choice`: "auto" (default), "none", "required" or `{"type": "function", "function": {"name": ...}}`;
 - `parallel_tool_calls` (default true), and optionally `syntax` ("hermes", "llama31", "mistral": the model's
-  call syntax, detected from its chat template when absent) and `max_calls`.
+  call syntax, detected from its chat template when absent), `layout` ("compact" or "lines": whether a guided
+  call's JSON may also be pretty-printed, Hermes only; the factory's default when absent) and `max_calls`.
 
 `tool_payload(...)` writes that entry. `PolicyFactory` turns a request into a `CallController` (one per model:
 it holds the compiler, whose compiled tool sets are cached) with the call formats of `tooldec serve`, the agents
@@ -28,7 +29,7 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,8 +37,11 @@ from tooldec.automaton.dfa import DEAD
 from tooldec.compiler import Compiler
 from tooldec.decoding.controller import CallController, MaskSource, Mode, accept_in_turn, fill_bitmasks
 from tooldec.errors import TokenRejectedError, ToolDecError
-from tooldec.grammar.calls import HERMES_BLOCKS, with_aliases
+from tooldec.grammar.calls import HERMES_BLOCKS, LAYOUTS, with_aliases
 from tooldec.specs import ToolSet, from_openai_tools
+
+if TYPE_CHECKING:
+    from tooldec.agents.chat import ChatSyntax
 
 log = logging.getLogger("tooldec.integrations")
 
@@ -69,6 +73,7 @@ class ToolRequest:
     parallel: bool = True
     syntax: str | None = None
     max_calls: int | None = None
+    layout: str | None = None
 
     @property
     def call_tools(self) -> ToolSet:
@@ -98,6 +103,7 @@ def tool_payload(
     parallel_tool_calls: bool | None = True,
     syntax: str | None = None,
     max_calls: int | None = None,
+    layout: str | None = None,
 ) -> dict[str, str]:
     """The extra-arguments entry that asks tooldec to guide a request's calls: `{"tooldec": "<JSON>"}`.
 
@@ -109,6 +115,8 @@ def tool_payload(
         body["syntax"] = syntax
     if max_calls is not None:
         body["max_calls"] = max_calls
+    if layout is not None:
+        body["layout"] = layout
     return {PAYLOAD_KEY: json.dumps(body, ensure_ascii=False, separators=(",", ":"))}
 
 
@@ -126,7 +134,7 @@ def _parse_payload(payload: str) -> ToolRequest:
 
 def _parse_object(data: Mapping[str, Any]) -> ToolRequest:
     """Check and convert the payload object."""
-    unknown = set(data) - {"tools", "tool_choice", "parallel_tool_calls", "syntax", "max_calls"}
+    unknown = set(data) - {"tools", "tool_choice", "parallel_tool_calls", "syntax", "max_calls", "layout"}
     if unknown:
         raise ToolRequestError(f"unknown tooldec payload field(s): {', '.join(sorted(unknown))}")
     raw_tools = data.get("tools")
@@ -148,7 +156,10 @@ def _parse_object(data: Mapping[str, Any]) -> ToolRequest:
     max_calls = data.get("max_calls")
     if max_calls is not None and (isinstance(max_calls, bool) or not isinstance(max_calls, int) or max_calls < 1):
         raise ToolRequestError("max_calls must be a positive integer")
-    return ToolRequest(tools, mode, named, parallel, syntax, max_calls)
+    layout = data.get("layout")
+    if layout is not None and layout not in LAYOUTS:
+        raise ToolRequestError(f"unknown call layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    return ToolRequest(tools, mode, named, parallel, syntax, max_calls, layout)
 
 
 def _tool_choice(choice: Any, tools: ToolSet) -> tuple[str, str | None]:
@@ -175,18 +186,28 @@ def opening_overlap(text: str, blocks: Sequence[tuple[str, str]] = HERMES_BLOCKS
     return max((k for o, _ in blocks for k in range(1, len(o)) if text.endswith(o[:k])), default=0)
 
 
+def request_syntax(request: ToolRequest, syntax: str, layout: str) -> ChatSyntax:
+    """The chat syntax a request's calls take: its own syntax and layout, else the model's `syntax` and the
+    default `layout`. Raises ToolRequestError for a layout the syntax lacks."""
+    from tooldec.agents.chat import chat_syntax
+
+    try:
+        return chat_syntax(request.syntax or syntax, request.layout or layout)
+    except ValueError as exc:
+        raise ToolRequestError(str(exc)) from None
+
+
 @functools.lru_cache(maxsize=256)
-def check_compiles(payload: str, syntax: str) -> None:
-    """Build the call automaton of a payload's tools (no vocabulary needed), so that a schema tooldec cannot
-    enforce (an unsupported keyword, no valid value) is refused before the request runs. Raises
-    ToolRequestError. Cached per payload."""
-    from tooldec.agents.chat import CHAT_SYNTAXES
+def check_compiles(payload: str, syntax: str, layout: str = "compact") -> None:
+    """Build the call automaton of a payload's tools (no vocabulary needed) in the syntax and layout its calls
+    take (`request_syntax`), so that a schema tooldec cannot enforce (an unsupported keyword, no valid value)
+    is refused before the request runs. Raises ToolRequestError. Cached per payload."""
     from tooldec.automaton.compile import KeyLanguage, compile_dfa
     from tooldec.automaton.dfa import DEAD
     from tooldec.grammar.calls import get_format, tools_grammar
 
     request = ToolRequest.from_payload(payload)
-    fmt = get_format(CHAT_SYNTAXES[request.syntax or syntax].format)
+    fmt = get_format(request_syntax(request, syntax, layout).format)
     try:
         dfa = compile_dfa(tools_grammar(request.call_tools, fmt, decide=KeyLanguage))
     except ToolDecError as exc:
@@ -276,13 +297,18 @@ class CallsOnly:
 class PolicyFactory:
     """Makes the policy of one request on one model: the compiler (shared, cached) and the model's call syntax."""
 
-    def __init__(self, compiler: Compiler, syntax: str = "hermes") -> None:
-        """`syntax` is the model's call syntax (a request may name another)."""
+    def __init__(self, compiler: Compiler, syntax: str = "hermes", layout: str = "compact") -> None:
+        """`syntax` is the model's call syntax and `layout` how its calls may be laid out (a request may name
+        others). Raises ValueError for an unknown syntax or a layout it lacks."""
+        from tooldec.agents.chat import chat_syntax
+
         if syntax not in SYNTAXES:
             raise ValueError(f"unknown call syntax {syntax!r}; known: {', '.join(SYNTAXES)}")
+        chat_syntax(syntax, layout)
         self.compiler = compiler
         self.prepared = compiler.prepared
         self.syntax = syntax
+        self.layout = layout
         self._gaps: dict[tuple[str, ...], Any] = {}
 
     def _gap(self, triggers: tuple[str, ...]) -> Any:
@@ -298,14 +324,15 @@ class PolicyFactory:
         return gap
 
     @classmethod
-    def from_hf(cls, tokenizer: Any, *, vocab_size: int | None = None, syntax: str | None = None) -> PolicyFactory:
+    def from_hf(cls, tokenizer: Any, *, vocab_size: int | None = None, syntax: str | None = None,
+                layout: str = "compact") -> PolicyFactory:
         """The factory of a Hugging Face tokenizer; `vocab_size` is the model's logits width; the syntax is read
         from the chat template when not given."""
         from tooldec.agents.chat import detect_syntax
         from tooldec.vocab import Vocabulary
 
         vocab = Vocabulary.from_hf(tokenizer, vocab_size=vocab_size)
-        return cls(Compiler(vocab), syntax or detect_syntax(tokenizer))
+        return cls(Compiler(vocab), syntax or detect_syntax(tokenizer), layout)
 
     def policy(self, request: ToolRequest) -> CallController | CallsOnly:
         """A fresh policy for one request: guided calls of its tools in its syntax, its tool_choice mode.
@@ -313,9 +340,7 @@ class PolicyFactory:
         Any of the syntax's triggers opens a call ("none" bans the first, a ```` ```json ```` block stays text);
         a call may name a tool by its unique suffix. A required (or named) call with parallel calls in the
         Hermes syntax gets a CallsOnly: calls back to back, then EOS."""
-        from tooldec.agents.chat import CHAT_SYNTAXES
-
-        syntax = CHAT_SYNTAXES[request.syntax or self.syntax]
+        syntax = request_syntax(request, self.syntax, self.layout)
         grammar = self.compiler.compile(request.call_tools, with_aliases(syntax.format, request.tools))
         parallel = syntax.parallel and request.parallel
         controller = CallController(
@@ -325,7 +350,7 @@ class PolicyFactory:
             after_call="text" if parallel else "stop",
             max_calls=request.max_calls or (PARALLEL_MAX_CALLS if parallel else 1),
         )
-        if parallel and syntax.format == "hermes" and request.mode == "required":
+        if parallel and syntax.family == "hermes" and request.mode == "required":
             return CallsOnly(controller, self._gap(syntax.triggers))
         return controller
 

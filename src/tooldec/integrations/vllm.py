@@ -66,6 +66,10 @@ SYNTAX_ENV = "TOOLDEC_VLLM_SYNTAX"
 """Environment variable naming the model's call syntax (hermes, llama31, mistral) when its chat template is
 not enough to tell (e.g. a server-side --chat-template)."""
 
+LAYOUT_ENV = "TOOLDEC_VLLM_LAYOUT"
+"""Environment variable naming how guided calls may be laid out when a request does not say: compact (the
+default) or lines (pretty-printed JSON too, as Qwen2.5-Coder writes it; Hermes syntax only)."""
+
 _ACTIVE: weakref.WeakValueDictionary[int, ToolDecLogitsProcessor] = weakref.WeakValueDictionary()
 """The working processor per engine config: loaded twice (entry point and --logits-processors), the second
 copy stays passive instead of masking every row twice."""
@@ -94,7 +98,8 @@ class ToolDecLogitsProcessor(LogitsProcessor):
             return
         request = ToolRequest.from_extra_args(extra)
         assert request is not None
-        check_compiles(extra[PAYLOAD_KEY], request.syntax or "hermes")
+        syntax, layout = os.environ.get(SYNTAX_ENV) or "hermes", os.environ.get(LAYOUT_ENV) or "compact"
+        check_compiles(extra[PAYLOAD_KEY], syntax, layout)
 
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
         """Prepare the model's vocabulary once (the tokenizer, the token trie, the trigger masks on first use)."""
@@ -107,14 +112,16 @@ class ToolDecLogitsProcessor(LogitsProcessor):
         try:
             tokenizer = _load_tokenizer(model_config)
             factory = PolicyFactory.from_hf(
-                tokenizer, vocab_size=model_config.get_vocab_size(), syntax=os.environ.get(SYNTAX_ENV) or None
+                tokenizer, vocab_size=model_config.get_vocab_size(), syntax=os.environ.get(SYNTAX_ENV) or None,
+                layout=os.environ.get(LAYOUT_ENV) or "compact",
             )
         except Exception as exc:  # noqa: BLE001 -- installed as a plugin, it must not stop vLLM for other models
             log.error("tooldec: no tool guidance for %s: %s", model_config.tokenizer, exc)
             return
         self.batch = PolicyBatch(factory, logger=log)
         _ACTIVE[key] = self
-        log.info("tooldec: tool guidance ready (%s syntax, %d tokens)", factory.syntax, factory.prepared.size)
+        log.info("tooldec: tool guidance ready (%s syntax, %s layout, %d tokens)", factory.syntax, factory.layout,
+                 factory.prepared.size)
 
     def is_argmax_invariant(self) -> bool:
         """Masking changes the argmax: greedy requests need the processor too."""

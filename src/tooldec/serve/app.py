@@ -45,6 +45,8 @@ class ServeConfig:
     compile_timeout: float = 60.0
     max_body_bytes: int = 8 << 20
     prefix_cache: int = 8
+    call_layout: str = "compact"
+    """How guided calls may be laid out: compact, or lines (pretty-printed too; Hermes syntax only)."""
 
 
 class BodyLimit:
@@ -85,7 +87,7 @@ def _validation_error(exc: RequestValidationError) -> APIError:
 def create_app(lm: LoadedModel, config: ServeConfig | None = None) -> FastAPI:
     """The FastAPI app serving `lm`; its engine starts and stops with the app's lifespan."""
     cfg = config or ServeConfig()
-    template = ChatTemplate.probe(lm)
+    template = ChatTemplate.probe(lm, cfg.call_layout)
     context = int(getattr(lm.model.config, "max_position_embeddings", 0) or 1 << 30)
     max_len = min(context, cfg.max_model_len or context)
     engine = Engine(

@@ -23,8 +23,9 @@ from tooldec.serve.protocol import call_id
 
 Kind = Literal["tools", "json", "text"]
 
-_CALL_HEAD = re.compile(r'\{"name": "((?:[^"\\]|\\.)*)", "(?:arguments|parameters)": ')
-"""The canonical head of a JSON call in every chat syntax (Hermes, Llama-3.1, Mistral's list items)."""
+_CALL_HEAD = re.compile(r'\{\s*"name":\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)":\s*(?=\S)')
+"""The head of a JSON call in every chat syntax (Hermes, Llama-3.1, Mistral's list items), canonical or
+pretty-printed (the `lines` layout), up to where its arguments begin."""
 
 
 def decode_prefix(data: bytes) -> str:

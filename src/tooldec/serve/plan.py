@@ -154,8 +154,8 @@ def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:
         call_tools, mode = ToolSet([tools[name]]), "required"
     parallel = req.parallel_tool_calls and syntax.parallel and not isinstance(choice, NamedToolChoice)
     call_format: Any = FORMATS[syntax.format]
-    if syntax.format == "mistral" and not parallel:
+    if syntax.family == "mistral" and not parallel:
         call_format = ParallelCalls(JsonCall(), max_calls=1, name="mistral")  # type: ignore[arg-type]
     call_format = with_aliases(call_format, tools)  # suffixes unique among all the request's tools
-    after_call = "text" if parallel and syntax.format != "mistral" else "stop"
+    after_call = "text" if parallel and syntax.family != "mistral" else "stop"
     return Plan("tools", tools, call_tools, str(mode), after_call, call_format, None, False, stop, params, max_tokens)

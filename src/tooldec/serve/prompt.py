@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tooldec.agents.chat import (
-    CHAT_SYNTAXES,
     ChatSyntax,
+    chat_syntax,
     detect_syntax,
     hermes_system_prompt,
     template_renders_tools,
@@ -48,14 +48,15 @@ class ChatTemplate:
     renders_tool_role: bool
 
     @classmethod
-    def probe(cls, lm: LoadedModel) -> ChatTemplate:
-        """Probe the template once (a few renders)."""
+    def probe(cls, lm: LoadedModel, layout: str = "compact") -> ChatTemplate:
+        """Probe the template once (a few renders); guided calls take `layout` (raises ValueError where the
+        model's syntax lacks it)."""
         call: dict[str, Any] = {"id": "call_1", "type": "function", "function": {"name": _PROBE_NAME, "arguments": {"x": 1}}}
         user: dict[str, Any] = {"role": "user", "content": "x"}
         with_call: list[dict[str, Any]] = [user, {"role": "assistant", "content": "", "tool_calls": [call]}]
         result: dict[str, Any] = {"role": "tool", "tool_call_id": "call_1", "name": _PROBE_NAME, "content": _PROBE_RESULT}
         return cls(
-            CHAT_SYNTAXES[detect_syntax(lm.tokenizer)],
+            chat_syntax(detect_syntax(lm.tokenizer), layout),
             template_renders_tools(lm),
             _renders(lm, with_call, _PROBE_NAME),
             _renders(lm, [*with_call, result], _PROBE_RESULT),
@@ -63,11 +64,11 @@ class ChatTemplate:
 
     def write_calls(self, calls: list[tuple[str, Any]]) -> str:
         """Past calls as the model writes them (canonical JSON whitespace, as the grammar does)."""
-        key = "parameters" if self.syntax.format == "llama31" else "arguments"
+        key = "parameters" if self.syntax.family == "llama31" else "arguments"
         objs = [{"name": name, key: args} for name, args in calls]
-        if self.syntax.format == "mistral":
+        if self.syntax.family == "mistral":
             return "[TOOL_CALLS]" + json.dumps(objs, ensure_ascii=False)
-        if self.syntax.format == "hermes":
+        if self.syntax.family == "hermes":
             return "\n".join(f"<tool_call>\n{json.dumps(o, ensure_ascii=False)}\n</tool_call>" for o in objs)
         return "\n".join(json.dumps(o, ensure_ascii=False) for o in objs)
 
