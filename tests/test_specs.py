@@ -810,3 +810,28 @@ def test_closed_objects_leave_the_branches_of_an_open_object_open(bytelevel_voca
         text = '{"name": "f", "arguments": ' + json.dumps(arguments) + "}"
         assert feed(guide.guide(), bytelevel_vocab.encode(text)) == valid
         assert checker.is_valid(arguments) == valid
+
+
+@pytest.mark.parametrize("keyless", [{"type": "object"}, {}, True])
+def test_closed_objects_leave_an_object_open_where_a_branch_is_a_free_form_map(bytelevel_vocab: Any,
+                                                                               keyless: Any) -> None:
+    """An object below the root whose only keys come from `anyOf` branches, one of which names no key: the
+    grammar merges each branch into the object, so that branch is a free-form map (any members), and the checker
+    must admit its calls; with every branch keyed, the object closes in both."""
+    from tooldec.compiler import Compiler
+    from tooldec.conformance import feed
+
+    keyed = {"properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    cases = {
+        "open": ([keyed, keyless], {"x": {"a": 1}}, {"x": {}}, {"x": {"zzz": 1}}, {"x": {"a": 1, "b": 2}}),
+        "closed": ([keyed, {"properties": {"b": {"type": "string"}}}], {"x": {"a": 1}}, {"x": {"b": "s"}}),
+    }
+    refused = {"open": [{"x": 3}], "closed": [{"x": {"zzz": 1}}, {"x": {"a": 1, "zzz": 1}}]}
+    for name, (branches, *valid) in cases.items():
+        params = {"type": "object", "properties": {"x": {"type": "object", "anyOf": branches}}, "required": ["x"]}
+        guide = Compiler(bytelevel_vocab).compile([ToolSpec("f", "", params)], "json")
+        checker = jsonschema.Draft202012Validator(closed_objects(params))
+        for arguments, ok in [*((v, True) for v in valid), *((r, False) for r in refused[name])]:
+            text = '{"name": "f", "arguments": ' + json.dumps(arguments) + "}"
+            assert feed(guide.guide(), bytelevel_vocab.encode(text)) == ok, (name, arguments)
+            assert checker.is_valid(arguments) == ok, (name, arguments)

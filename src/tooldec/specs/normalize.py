@@ -152,8 +152,9 @@ def _unique(items: Iterable[str]) -> list[str]:
 
 def closed_objects(schema: Any) -> Any:
     """A copy of `schema` whose objects without `additionalProperties` admit only their declared properties and
-    their required keys (an object below the root that declares no key stays a free-form map): the grammar's
-    reading of objects in a tool call, for an independent validator and for the peer engines. An object's `allOf`
+    their required keys (an object below the root that declares no key stays a free-form map, and so does one
+    whose keys come only from `anyOf` / `oneOf` branches when a branch declares none): the grammar's reading of
+    objects in a tool call, for an independent validator and for the peer engines. An object's `allOf`
     parts and `anyOf` / `oneOf` branches belong to it, as the grammar merges them: their keys are declared on the
     object (any value there; the parts still hold them), and the parts are never closed on their own, also where
     the object states `additionalProperties` itself. `not` stays open (closing under it would widen it), and so do
@@ -198,6 +199,28 @@ def _part_keys(node: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(keys))
 
 
+def _free_form_branch(node: dict[str, Any]) -> bool:
+    """Whether the object `node` names no key of its own and one of its `anyOf` / `oneOf` branches names none
+    either: the grammar merges each branch into the object, and that branch is a free-form map (any members)."""
+    own = "properties" in node or node.get("required") or node.get("patternProperties")
+    if own or _part_keys({"allOf": node.get("allOf")}):
+        return False
+    for key in ("anyOf", "oneOf"):
+        branches = node.get(key)
+        for branch in branches if isinstance(branches, list) else ():
+            if branch is True:
+                return True
+            if isinstance(branch, dict) and "$ref" not in branch and _admits_objects(branch) and not _declares_keys(branch):
+                return True
+    return False
+
+
+def _admits_objects(node: dict[str, Any]) -> bool:
+    """Whether `node`'s type (if it states one) lets an object through."""
+    kind = node.get("type", "object")
+    return kind == "object" or (isinstance(kind, list) and "object" in kind)
+
+
 def _close(node: Any, *, whole: bool, root: bool = False) -> None:
     """Close `node`'s objects in place (see `closed_objects`); `whole` is false for a part of a closed object,
     which closes what lies below it but not itself; `root` is true for the schema's own object and its branches."""
@@ -207,7 +230,8 @@ def _close(node: Any, *, whole: bool, root: bool = False) -> None:
         return
     if not isinstance(node, dict):
         return
-    closes = whole and _object_like(node) and "additionalProperties" not in node and (root or _declares_keys(node))
+    closes = (whole and _object_like(node) and "additionalProperties" not in node
+              and (root or (_declares_keys(node) and not _free_form_branch(node))))
     if closes:
         node["additionalProperties"] = False
         declare_required(node)
