@@ -116,6 +116,13 @@ def test_chat_agent_required_call_then_answer(lm: LoadedModel, executor: ToolExe
     jsonschema.validate(result.calls[0].arguments, executor.tools["multiply"].parameters)
 
 
+def test_chat_agent_refuses_a_layout_its_syntax_lacks_when_made(lm: LoadedModel, executor: ToolExecutor) -> None:
+    with pytest.raises(ValueError, match="exists for hermes calls only, not 'llama31'"):
+        ChatAgent(lm, executor, syntax="llama31", layout="lines")
+    with pytest.raises(ValueError, match="unknown call layout 'pretty'"):
+        ChatAgent(lm, executor, layout="pretty")
+
+
 def test_chat_agent_answers_instead_of_repeating_a_call(
     lm: LoadedModel, executor: ToolExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -172,9 +172,11 @@ def bench(
         print(report.markdown(doc))
 
 
-def make_agent(lm: Any, executor: Any, mode: str, *, tool_choice: str = "auto", **common: Any) -> tuple[Any, Any]:
+def make_agent(lm: Any, executor: Any, mode: str, *, tool_choice: str = "auto", layout: str = "compact",
+               **common: Any) -> tuple[Any, Any]:
     """The agent of `tooldec run --format mode`, and the function that renders its prompt of a question (the
-    chat agent's first round's prompt: every round starts with the same tool instructions)."""
+    chat agent's first round's prompt: every round starts with the same tool instructions); `tool_choice` and
+    `layout` are the chat agent's (a layout its syntax lacks raises ValueError)."""
     if mode == "toolken":
         from tooldec.agents.toolken import ToolkenAgent, toolken_prompt
 
@@ -188,7 +190,7 @@ def make_agent(lm: Any, executor: Any, mode: str, *, tool_choice: str = "auto", 
     if mode == "chat":
         from tooldec.agents.chat import ChatAgent
 
-        chat = ChatAgent(lm, executor, tool_choice=tool_choice, **common)
+        chat = ChatAgent(lm, executor, tool_choice=tool_choice, layout=layout, **common)
         return chat, chat.prompt_text
     raise ValueError(f"unknown format {mode!r}; use toolken, react or chat")
 
@@ -222,6 +224,9 @@ def run(
         None, "--format", help="toolken | react | chat (default: toolken for the math tools, else react)."
     ),
     tool_choice: str = typer.Option("auto", "--tool-choice", help="chat format: auto | none | required | NAME."),
+    call_layout: str = typer.Option(
+        "compact", "--call-layout", help="chat format: compact, or lines (a guided call may be pretty-printed)."
+    ),
     guidance: bool = typer.Option(True, "--guidance/--no-guidance", help="ToolDec on, or free decoding."),
     jump_forward: bool = typer.Option(True, "--jump-forward/--no-jump-forward", help="Append forced stretches."),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 is greedy."),
@@ -264,7 +269,7 @@ def run(
     common = {"guided": guidance, "jump_forward": jump_forward, "params": params, "max_new_tokens": max_new_tokens,
               "explain": explain}
     try:
-        agent, render = make_agent(lm, executor, mode, tool_choice=tool_choice, **common)
+        agent, render = make_agent(lm, executor, mode, tool_choice=tool_choice, layout=call_layout, **common)
         with Stages().stage("answer", f"{lm.name}, {mode}") as stage, quiet_libraries():
             result, warm = answer(agent, render, question, prefix_cache=prefix_cache)
             if warm["prefix_tokens"]:

@@ -124,6 +124,10 @@ class ChatAgent:
     explain: bool = False
     """Record where guidance overrode the model (AgentResult.guided)."""
 
+    def __post_init__(self) -> None:
+        """Refuse a syntax or layout the agent cannot write calls in now, not at its first question."""
+        chat_syntax(self.syntax or detect_syntax(self.lm.tokenizer), self.layout)
+
     def messages_for(self, question: str) -> list[dict[str, Any]]:
         """The opening messages: the tool instructions (when the template lacks them) and the question."""
         messages: list[dict[str, Any]] = []
