@@ -132,3 +132,78 @@ def test_a_tool_past_the_automaton_bounds_is_refused_on_any_thread(bytelevel_voc
     for threads in (1, 2):
         with pytest.raises(UnsupportedSchemaError, match="8 DFA states"):
             Compiler(bytelevel_vocab, threads=threads).compile(list(synthetic_tools(20, seed=3)), use_cache=False)
+
+
+SHARED_SCHEMAS = (
+    {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]},
+    {"type": "object", "properties": {"q": {"type": "string", "maxLength": 4}, "n": {"type": "integer"}},
+     "required": ["q"]},
+    {"type": "object", "properties": {}},
+)
+
+
+def _tool_sets():  # type: ignore[no-untyped-def]
+    from hypothesis import strategies as st
+
+    names = st.lists(st.sampled_from(["add", "get_add", "sub", "search_movie", "movie", "x-y", "ln", "log_ln"]),
+                     min_size=1, max_size=6, unique=True)
+    return names.flatmap(lambda ns: st.tuples(st.just(ns), st.lists(st.integers(0, len(SHARED_SCHEMAS) - 1),
+                                                                    min_size=len(ns), max_size=len(ns))))
+
+
+def test_tools_sharing_parameters_compile_to_the_language_of_their_separate_calls(bytelevel_vocab) -> None:
+    """Tools with the same parameters share one argument machine behind all their names (`call_groups`): the
+    compiled automaton is, minimized, identical to the union of every tool's own call automaton, in every format
+    (aliases included: a suffix of any tool of a group names it), and Python calls keep their tools apart."""
+    import numpy as np
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tooldec.automaton.compile import KeyLanguage, compile_dfa
+    from tooldec.automaton.dfa import minimize
+    from tooldec.compiler import Compiler
+    from tooldec.grammar.calls import call_groups, get_format, with_aliases
+    from tooldec.grammar.ir import alt
+    from tooldec.specs import ToolSpec
+
+    compiler = Compiler(bytelevel_vocab)
+
+    @settings(max_examples=40, deadline=None)
+    @given(drawn=_tool_sets(), fmt_name=st.sampled_from(["json", "hermes", "hermes-lines", "toolken", "react",
+                                                           "python", "llama31"]), aliased=st.booleans())
+    def check(drawn: tuple[list[str], list[int]], fmt_name: str, aliased: bool) -> None:
+        names, picks = drawn
+        tools = [ToolSpec(n, "", SHARED_SCHEMAS[k]) for n, k in zip(names, picks, strict=True)]
+        fmt = with_aliases(fmt_name, tools) if aliased else get_format(fmt_name)
+        separate = minimize(compile_dfa(alt(*(fmt.call(t, max_ref_depth=3, decide=KeyLanguage) for t in tools))))
+        shared = minimize(compiler.compile(tools, fmt, use_cache=False).dfa)
+        for a, b in ((separate.trans, shared.trans), (separate.classes, shared.classes),
+                     (separate.accepting, shared.accepting)):
+            assert np.array_equal(a, b)
+        groups = call_groups(tools, fmt)
+        assert len(groups) == (len(tools) if fmt_name == "python" else len(set(picks)))
+        assert all(t.parameters == g[0].parameters for g in groups for t in g)
+        order = [tools.index(t) for g in groups for t in g]
+        assert sorted(order) == list(range(len(tools))) and [tools.index(g[0]) for g in groups] == sorted(
+            tools.index(g[0]) for g in groups), "groups in the order of their first tools, each in input order"
+        seen.append(len(tools))
+
+    seen: list[int] = []
+    check()
+    assert len(seen) >= 40
+
+
+def test_a_group_no_call_can_satisfy_is_refused_naming_its_first_tool(bytelevel_vocab) -> None:
+    import pytest
+
+    from tooldec.compiler import Compiler
+    from tooldec.errors import EmptyGrammarError
+    from tooldec.specs import ToolSpec
+
+    empty = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 5, "maximum": 1}}, "required": ["a"]}
+    tools = [ToolSpec("ok", "", SHARED_SCHEMAS[0]), ToolSpec("bad_one", "", empty), ToolSpec("ok_too", "", SHARED_SCHEMAS[0]),
+             ToolSpec("bad_two", "", empty)]
+    for fmt in ("json", "python"):
+        with pytest.raises(EmptyGrammarError) as err:
+            Compiler(bytelevel_vocab).compile(tools, fmt, use_cache=False)
+        assert err.value.tool == "bad_one"

@@ -19,7 +19,7 @@ from tooldec.automaton.compile import KeyLanguage, ProductCache, compile_dfa, co
 from tooldec.automaton.dfa import DEAD, DFA, minimize, union_dfas
 from tooldec.automaton.forced import ForcedText
 from tooldec.errors import EmptyGrammarError
-from tooldec.grammar.calls import CallFormat, get_format, tools_grammar
+from tooldec.grammar.calls import CallFormat, call_groups, get_format, group_call, tools_grammar
 from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
 from tooldec.guide import Guide
 from tooldec.index import PreparedVocab, TokenIndex
@@ -52,7 +52,8 @@ class CompiledGrammar:
 CACHE_SIZE = 32
 """Compiled grammars a Compiler keeps (least recently used dropped first)."""
 TOOL_CACHE_SIZE = 4096
-"""Per-tool call automata a Compiler keeps, so that adding a tool to a compiled set costs about one tool."""
+"""Call automata of tool groups (tools sharing parameters; mostly one tool) a Compiler keeps, so that adding a
+tool to a compiled set costs about one tool."""
 UNION_CACHE_SIZE = 4
 """Tool-set automata a Compiler keeps by their tools, so that a set growing by a few tools is the union of the
 last one with the new tools' automata: joining 201 automata took 21 ms at 200 tools, joining 2 takes a few."""
@@ -169,8 +170,9 @@ class Compiler:
     def _union(
         self, toolset: ToolSet, specs: list[str], fmt: CallFormat, products: ProductCache, use_cache: bool
     ) -> DFA:
-        """The automaton of a call of any tool: the union of the per-tool automata, or, when a cached set's tools
-        are all in this one, the union of that set's automaton with the other tools' (the largest such set)."""
+        """The automaton of a call of any tool: the union of the per-group automata (`_tool_dfas`), or, when a
+        cached set's tools are all in this one, the union of that set's automaton with the other tools' (the
+        largest such set)."""
         prefix = f"{fmt!r}|{self.max_ref_depth}|"
         keys = [prefix + spec for spec in specs]
         wanted = frozenset(keys)
@@ -196,22 +198,24 @@ class Compiler:
     def _tool_dfas(
         self, tools: list[tuple[ToolSpec, str]], fmt: CallFormat, products: ProductCache, use_cache: bool
     ) -> list[DFA]:
-        """The automaton of one call of each tool in `fmt` (`key`: format, options and spec), kept per tool so that
-        a changed tool set recompiles only its new tools (the last TOOL_CACHE_SIZE are kept). The missing ones
-        are built together, on `self.threads` threads."""
+        """The automaton of one call of each group of tools that share their parameters (`call_groups`; `key`:
+        format, options and spec), kept per group so that a changed tool set recompiles only its new groups (the
+        last TOOL_CACHE_SIZE are kept). The missing ones are built together, on `self.threads` threads."""
+        key_of = {tool.name: key for tool, key in tools}
+        groups = [(g, "\x1f".join(key_of[t.name] for t in g)) for g in call_groups([t for t, _ in tools], fmt)]
         found: dict[str, DFA] = {}
         if use_cache:
             with self._lock:
-                for _, key in tools:
+                for _, key in groups:
                     got = self._tools.get(key)
                     if got is not None:
                         self._tools.move_to_end(key)
                         found[key] = got
-        missing = [(tool, key) for tool, key in tools if key not in found]
-        grammars = [tools_grammar([tool], fmt, decide=KeyLanguage, max_ref_depth=self.max_ref_depth) for tool, _ in missing]
-        for (tool, key), dfa in zip(missing, compile_dfas(grammars, products, threads=self.threads), strict=True):
+        missing = [(group, key) for group, key in groups if key not in found]
+        grammars = [group_call(group, fmt, decide=KeyLanguage, max_ref_depth=self.max_ref_depth) for group, _ in missing]
+        for (group, key), dfa in zip(missing, compile_dfas(grammars, products, threads=self.threads), strict=True):
             if dfa.start == DEAD:
-                raise EmptyGrammarError("no call of this tool can be valid", tool=tool.name, path="#/parameters")
+                raise EmptyGrammarError("no call of this tool can be valid", tool=group[0].name, path="#/parameters")
             found[key] = dfa
         if use_cache and missing:
             with self._lock:
@@ -219,7 +223,7 @@ class Compiler:
                     self._tools[key] = found[key]
                 while len(self._tools) > TOOL_CACHE_SIZE:
                     self._tools.popitem(last=False)
-        return [found[key] for _, key in tools]
+        return [found[key] for _, key in groups]
 
     def compile_schema(
         self, schema: Any, *, additional_properties: bool = True, use_cache: bool = True

@@ -442,8 +442,9 @@ class Aliased:
 
     def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
              names: tuple[str, ...] = ()) -> Node:
-        """IR of every valid call of `tool`, named by its name, `names` or its aliases."""
-        return self.inner.call(tool, max_ref_depth=max_ref_depth, decide=decide, names=(*names, *self._of_tool.get(tool.name, ())))
+        """IR of every valid call of `tool`, named by its name, `names` or the aliases of any of them."""
+        aliases = tuple(a for n in (tool.name, *names) for a in self._of_tool.get(n, ()))
+        return self.inner.call(tool, max_ref_depth=max_ref_depth, decide=decide, names=(*names, *aliases))
 
     def parse(self, text: str) -> ParsedCall:
         """The call written in `text`, with an alias replaced by the tool's name; raises CallParseError."""
@@ -555,14 +556,44 @@ def get_format(name: str | CallFormat) -> CallFormat:
         raise ToolDecError(f"unknown call format {name!r}; known: {', '.join(FORMATS)}") from None
 
 
+_NAMING = (JsonCall, ToolkenCall, ReactCall)
+"""Formats whose call of a tool under extra names is exactly the calls of tools with those names and the same
+parameters (Python calls spell only identifiers among extra names, so their tools stay apart)."""
+
+
+def _spells_every_name(fmt: CallFormat) -> bool:
+    """Whether `fmt` (through the formats that wrap another) names a call by any given name alike."""
+    while isinstance(fmt, Wrapped | Aliased | ParallelCalls):
+        fmt = fmt.inner
+    return isinstance(fmt, _NAMING)
+
+
+def call_groups(tools: Iterable[ToolSpec], fmt: CallFormat) -> list[list[ToolSpec]]:
+    """The tools in groups whose calls differ in the tool's name only (the same parameters schema), each in the
+    order of its first tool: a call of any tool of a group is `group_call` of it, one argument machine behind
+    the group's names (FuncQA's 13 tools have 4 schemas, KAMEL's 234 have 51). One tool a group in a format
+    that spells names apart."""
+    if not _spells_every_name(fmt):
+        return [[tool] for tool in tools]
+    groups: dict[str, list[ToolSpec]] = {}
+    for tool in tools:
+        groups.setdefault(json.dumps(tool.parameters, default=str), []).append(tool)
+    return list(groups.values())
+
+
+def group_call(group: Sequence[ToolSpec], fmt: CallFormat, *, decide: Decide, max_ref_depth: int = 3) -> Node:
+    """IR of a call of any tool of a `call_groups` group (the first tool's call under every name of the group);
+    raises EmptyGrammarError, naming the first tool, when no call can satisfy their parameters."""
+    first = group[0]
+    node = fmt.call(first, max_ref_depth=max_ref_depth, decide=decide, names=tuple(t.name for t in group[1:]))
+    if node == NOTHING:
+        raise EmptyGrammarError("no value satisfies the parameters schema", tool=first.name, path="#/parameters")
+    return node
+
+
 def tools_grammar(tools: Iterable[ToolSpec], fmt: CallFormat, *, decide: Decide, max_ref_depth: int = 3) -> Node:
     """IR of a call of any one of the tools; raises EmptyGrammarError for a tool that no call can satisfy.
     `decide` builds the small languages a schema's keys are checked against (see SchemaCompiler)."""
-    calls = []
-    for tool in tools:
-        node = fmt.call(tool, max_ref_depth=max_ref_depth, decide=decide)
-        if node == NOTHING:
-            raise EmptyGrammarError("no value satisfies the parameters schema", tool=tool.name, path="#/parameters")
-        calls.append(node)
+    calls = [group_call(g, fmt, decide=decide, max_ref_depth=max_ref_depth) for g in call_groups(tools, fmt)]
     around = getattr(fmt, "around", None)
     return around(alt(*calls)) if around is not None else alt(*calls)
