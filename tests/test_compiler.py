@@ -67,13 +67,13 @@ def test_tool_sets_are_unions_of_cached_per_tool_automata(bytelevel_vocab, monke
             assert union.dfa.accepts(back), back
         whole_grammar = Compiler(bytelevel_vocab).compile(tools[:3], "mistral")  # a list: built whole
         assert whole_grammar.dfa.start > 0
-        cached = len(compiler._tools)
+        cached = len(compiler._groups)
         joined: list[int] = []
         union_dfas = compiler_module.union_dfas
         monkeypatch.setattr(compiler_module, "union_dfas", lambda parts, joined=joined, union_dfas=union_dfas: joined.append(len(parts)) or union_dfas(parts))
         bigger = compiler.compile(tools, fmt)
         monkeypatch.undo()
-        assert len(compiler._tools) == cached + 1, "only the new tool is compiled"
+        assert len(compiler._groups) == cached + 1, "only the new tool is compiled"
         assert joined == [2], "the 3-tool set's automaton joined with the new tool's"
         whole4 = compile_dfa(tools_grammar(tools, get_format(fmt), decide=KeyLanguage))
         whole4_index = TokenIndex(whole4, compiler.prepared)

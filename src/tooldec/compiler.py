@@ -96,7 +96,7 @@ class Compiler:
         self.cache_size = cache_size
         self.threads = threads or min(COMPILE_THREADS, _cores())
         self._cache: OrderedDict[str, CompiledGrammar] = OrderedDict()
-        self._tools: OrderedDict[str, DFA] = OrderedDict()
+        self._groups: OrderedDict[str, DFA] = OrderedDict()
         self._unions: OrderedDict[frozenset[str], DFA] = OrderedDict()
         self._products = ProductCache()
         self._lock = threading.Lock()
@@ -105,7 +105,7 @@ class Compiler:
         """Forget every compiled grammar."""
         with self._lock:
             self._cache.clear()
-            self._tools.clear()
+            self._groups.clear()
             self._unions.clear()
         self._products.clear()
 
@@ -170,7 +170,7 @@ class Compiler:
     def _union(
         self, toolset: ToolSet, specs: list[str], fmt: CallFormat, products: ProductCache, use_cache: bool
     ) -> DFA:
-        """The automaton of a call of any tool: the union of the per-group automata (`_tool_dfas`), or, when a
+        """The automaton of a call of any tool: the union of the per-group automata (`_group_dfas`), or, when a
         cached set's tools are all in this one, the union of that set's automaton with the other tools' (the
         largest such set)."""
         prefix = f"{fmt!r}|{self.max_ref_depth}|"
@@ -185,7 +185,7 @@ class Compiler:
                         base, parts = have, [dfa]
                 if base:
                     self._unions.move_to_end(base)
-        parts += self._tool_dfas([(t, key) for t, key in zip(toolset, keys) if key not in base], fmt, products, use_cache)
+        parts += self._group_dfas([(t, key) for t, key in zip(toolset, keys) if key not in base], fmt, products, use_cache)
         dfa = union_dfas(parts)
         if use_cache:
             with self._lock:
@@ -195,7 +195,7 @@ class Compiler:
                     self._unions.popitem(last=False)
         return dfa
 
-    def _tool_dfas(
+    def _group_dfas(
         self, tools: list[tuple[ToolSpec, str]], fmt: CallFormat, products: ProductCache, use_cache: bool
     ) -> list[DFA]:
         """The automaton of one call of each group of tools that share their parameters (`call_groups`; `key`:
@@ -207,9 +207,9 @@ class Compiler:
         if use_cache:
             with self._lock:
                 for _, key in groups:
-                    got = self._tools.get(key)
+                    got = self._groups.get(key)
                     if got is not None:
-                        self._tools.move_to_end(key)
+                        self._groups.move_to_end(key)
                         found[key] = got
         missing = [(group, key) for group, key in groups if key not in found]
         grammars = [group_call(group, fmt, decide=KeyLanguage, max_ref_depth=self.max_ref_depth) for group, _ in missing]
@@ -220,9 +220,9 @@ class Compiler:
         if use_cache and missing:
             with self._lock:
                 for _, key in missing:
-                    self._tools[key] = found[key]
-                while len(self._tools) > TOOL_CACHE_SIZE:
-                    self._tools.popitem(last=False)
+                    self._groups[key] = found[key]
+                while len(self._groups) > TOOL_CACHE_SIZE:
+                    self._groups.popitem(last=False)
         return [found[key] for _, key in groups]
 
     def compile_schema(
