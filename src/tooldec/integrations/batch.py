@@ -302,8 +302,6 @@ class PolicyFactory:
         others). Raises ValueError for an unknown syntax or a layout it lacks."""
         from tooldec.agents.chat import chat_syntax
 
-        if syntax not in SYNTAXES:
-            raise ValueError(f"unknown call syntax {syntax!r}; known: {', '.join(SYNTAXES)}")
         chat_syntax(syntax, layout)
         self.compiler = compiler
         self.prepared = compiler.prepared

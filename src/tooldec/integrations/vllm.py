@@ -96,8 +96,7 @@ class ToolDecLogitsProcessor(LogitsProcessor):
         extra = sampling_params.extra_args
         if not extra or PAYLOAD_KEY not in extra:
             return
-        request = ToolRequest.from_extra_args(extra)
-        assert request is not None
+        ToolRequest.from_extra_args(extra)  # refuses a payload that is not a JSON string
         syntax, layout = os.environ.get(SYNTAX_ENV) or "hermes", os.environ.get(LAYOUT_ENV) or "compact"
         check_compiles(extra[PAYLOAD_KEY], syntax, layout)
 
