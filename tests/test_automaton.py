@@ -181,8 +181,9 @@ def test_minimize_keeps_the_language_and_leaves_no_two_states_alike(exprs: list[
     assert len(np.unique(block)) == small.num_states
 
 
-def test_compiled_small_tool_sets_are_minimal(bytelevel_vocab) -> None:
-    """A tool set indexed whole is minimized first: tools whose arguments are alike share their tails."""
+def test_tools_sharing_arguments_share_their_tails_and_a_precomputed_set_is_minimal(bytelevel_vocab) -> None:
+    """Tools with the same parameters are one group (their arguments' automaton once); a tool set indexed whole
+    (`precompute`) is minimized first, a lazily indexed one is not (it only meets the states a call visits)."""
     from tooldec.compiler import Compiler
     from tooldec.specs import ToolSpec
 
@@ -190,9 +191,11 @@ def test_compiled_small_tool_sets_are_minimal(bytelevel_vocab) -> None:
     tools = [ToolSpec(name, "", params) for name in ("add", "subtract", "multiply")]
     one = Compiler(bytelevel_vocab).compile(tools[:1], "json", use_cache=False).dfa
     three = Compiler(bytelevel_vocab).compile(tools, "json", use_cache=False).dfa
+    whole = Compiler(bytelevel_vocab).compile(tools, "json", use_cache=False, precompute=True).dfa
     # three names add a few states each; the arguments' automaton is there once
     assert three.num_states < one.num_states + 30
-    assert minimize(three).num_states == three.num_states
+    assert minimize(three).num_states < three.num_states
+    assert minimize(whole).num_states == whole.num_states == minimize(three).num_states
 
 
 def test_empty_language_has_dead_start() -> None:

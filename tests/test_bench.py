@@ -44,7 +44,7 @@ from tooldec.specs import ToolSet, ToolSpec
 from tooldec.toolsets import funcqa_tools
 from tooldec.vocab import Vocabulary
 
-KEYS = {"engine", "workload", "tokenizer", "compile_ms", "mask_us_median", "mask_us_p99", "first_mask_us"}
+KEYS = {"engine", "workload", "tokenizer", "compile_ms", "mask_us_median", "mask_us_p99", "first_mask_us", "request_ms"}
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +157,7 @@ def test_tooldec_engine_passes_the_check_and_reports_figures(tok_dir: Path, voca
     assert KEYS <= set(rows[0])
     assert all(rows[0][k] is not None for k in KEYS)
     assert rows[0]["compile_ratio"] == 1.0
+    assert rows[0]["request_ms"] > rows[0]["compile_ms"], "a request is its compile and then its steps"
     assert "| rich | tiny | tooldec |" in report.markdown(report.document(results, {"repeats": 2}))
 
 

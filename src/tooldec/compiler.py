@@ -23,7 +23,6 @@ from tooldec.grammar.calls import CallFormat, call_groups, get_format, group_cal
 from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
 from tooldec.guide import Guide
 from tooldec.index import PreparedVocab, TokenIndex
-from tooldec.index.token_index import EAGER_STATES
 from tooldec.specs import ToolSet, ToolSpec
 from tooldec.vocab import Vocabulary
 
@@ -65,11 +64,13 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _minimized(dfa: DFA) -> DFA:
-    """`dfa` minimized when its index is built whole (EAGER_STATES): there every state costs its mask at compile
-    time, and minimizing takes under a millisecond (FuncQA: 1,487 -> 357 states in 0.7 ms). Larger automata are
-    indexed lazily, and minimizing them costs more than it saves (tools200: 26 ms)."""
-    return minimize(dfa) if dfa.num_states <= EAGER_STATES else dfa
+def _indexed(dfa: DFA, prepared: PreparedVocab, threads: int, *, precompute: bool, share_regions: bool) -> TokenIndex:
+    """The token index of `dfa`, warmed: its regions and opening stretch, or with `precompute` every state of the
+    minimized automaton (minimizing takes under a millisecond where every state will cost a mask: FuncQA 1,487
+    -> 357 states in 0.7 ms; a lazy index only meets the states a call visits, so it skips that step)."""
+    index = TokenIndex(minimize(dfa) if precompute else dfa, prepared, share_regions=share_regions)
+    index.warm(threads, whole=precompute)
+    return index
 
 
 class Compiler:
@@ -141,14 +142,14 @@ class Compiler:
     ) -> CompiledGrammar:
         """The grammar of one call of any of `tools` in `format`.
 
-        With `precompute`, every state reachable by tokens gets its index entry now (Outlines-style, all up
-        front); otherwise a state's entry is built on its first visit and cached. Raises ToolSpecError,
-        UnsupportedSchemaError or EmptyGrammarError.
+        With `precompute`, every state gets its index entry now (Outlines-style, all up front); otherwise a
+        state's entry is built on its first visit and cached, after the string regions and the opening stretch
+        built here. Raises ToolSpecError, UnsupportedSchemaError or EmptyGrammarError.
         """
         toolset = tools if isinstance(tools, ToolSet) else ToolSet(list(tools))
         fmt = get_format(format)
         specs = [t.text for t in toolset]
-        key = self._key(f"tools:{fmt!r}", specs)
+        key = self._key(f"tools:{fmt!r}:{precompute}", specs)
 
         def build() -> CompiledGrammar:
             products = self._products if use_cache else ProductCache()  # cold: shared within this compile only
@@ -158,12 +159,8 @@ class Compiler:
                 dfa = self._union(toolset, specs, fmt, products, use_cache)
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no call of this tool set can be valid (its schemas admit no value)")
-            dfa = _minimized(dfa)
-            index = TokenIndex(dfa, self.prepared, share_regions=use_cache)
-            index.warm(self.threads)
-            if precompute:
-                index.reachable_states()
-            return CompiledGrammar(dfa, index, fmt.parse, toolset, fmt)
+            index = _indexed(dfa, self.prepared, self.threads, precompute=precompute, share_regions=use_cache)
+            return CompiledGrammar(index.dfa, index, fmt.parse, toolset, fmt)
 
         return self._cached(key, build, use_cache)
 
@@ -226,10 +223,11 @@ class Compiler:
         return [found[key] for _, key in groups]
 
     def compile_schema(
-        self, schema: Any, *, additional_properties: bool = True, use_cache: bool = True
+        self, schema: Any, *, additional_properties: bool = True, use_cache: bool = True, precompute: bool = False
     ) -> CompiledGrammar:
-        """The grammar of one JSON value valid under `schema` (canonical whitespace, schema key order)."""
-        key = self._key(f"schema:{additional_properties}", schema)
+        """The grammar of one JSON value valid under `schema` (canonical whitespace, schema key order); `precompute`
+        as in `compile`."""
+        key = self._key(f"schema:{additional_properties}:{precompute}", schema)
 
         def build() -> CompiledGrammar:
             comp = SchemaCompiler(
@@ -239,10 +237,8 @@ class Compiler:
             dfa = compile_dfa(comp.value(), self._products if use_cache else ProductCache())
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no value satisfies this schema", path="#")
-            dfa = _minimized(dfa)
-            index = TokenIndex(dfa, self.prepared)
-            index.warm(self.threads)
-            return CompiledGrammar(dfa, index, json.loads)
+            index = _indexed(dfa, self.prepared, self.threads, precompute=precompute, share_regions=True)
+            return CompiledGrammar(index.dfa, index, json.loads)
 
         return self._cached(key, build, use_cache)
 

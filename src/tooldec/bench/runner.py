@@ -46,6 +46,8 @@ class CellResult:
     mask_us_median: float | None = None
     mask_us_p99: float | None = None
     first_mask_us: float | None = None
+    request_ms: float | None = None
+    """Compile, start and every mask and advance of one call: what guidance costs a request with a new tool set."""
     rss_mb: float | None = None
     repeats: int = 0
     cases: int = 0
@@ -110,31 +112,37 @@ class _Samples:
     compile_ms: list[float] = field(default_factory=list)
     first_mask_us: list[float] = field(default_factory=list)
     first_step_us: list[float] = field(default_factory=list)
+    request_ms: list[float] = field(default_factory=list)
     steps_us: list[float] = field(default_factory=list)
     mask_us: list[float] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
 
 
 def _timed_round(engine: Engine, item: CaseCalls, tokens: Sequence[int], samples: _Samples) -> None:
-    """Compile the case afresh and force `tokens`, recording compile, first mask, steps and memory."""
+    """Compile the case afresh and force `tokens`, recording compile, first mask, steps, the request's sum and
+    memory."""
     gc.collect()
     rss0 = rss_bytes()
     t0 = now_us()
     compiled = engine.compile(item.case.tools)
     samples.compile_ms.append((now_us() - t0) / 1000.0)
+    t1 = now_us()
     session = engine.start(compiled)
+    spent = now_us() - t1 + samples.compile_ms[-1] * 1000.0
     for k, token in enumerate(tokens):
         a = now_us()
         session.fill_mask()
         b = now_us()
         session.advance(token)
         c = now_us()
+        spent += c - a
         if k == 0:
             samples.first_mask_us.append(b - a)
             samples.first_step_us.append(c - a)
         else:
             samples.steps_us.append(c - a)
             samples.mask_us.append(b - a)
+    samples.request_ms.append(spent / 1000.0)
     samples.rss.append(rss_bytes() - rss0)
 
 
@@ -189,6 +197,7 @@ def run_cell(
     result.mask_us_median = median(samples.steps_us)
     result.mask_us_p99 = p99(samples.steps_us)
     result.first_mask_us = median(samples.first_mask_us)
+    result.request_ms = median(samples.request_ms)
     result.rss_mb = max(samples.rss) / 2**20
     result.repeats, result.cases, result.steps = repeats, len(passed), len(samples.steps_us)
     result.extra = {

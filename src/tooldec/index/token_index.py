@@ -17,9 +17,6 @@ from tooldec.index.prepared import PreparedVocab
 from tooldec.vocab import Vocabulary
 
 FINAL = _core.FINAL
-EAGER_STATES = 2048
-"""Automata up to this size are indexed whole at compile time: FuncQA's 13 tools (751 states) take 6.5 ms of
-CPU over llama3's 128k tokens; 200 tools (14,493 states) would take 87 ms, so they get their regions only (17 ms)."""
 
 WARM_PATH = 64
 """How far `warm` follows the start's single path (a call format's opening text is far shorter)."""
@@ -94,15 +91,17 @@ class TokenIndex:
         """The state after `token_id` (FINAL after EOS, DEAD if not allowed); walks the token's bytes only."""
         return int(self.core.next_state(state, token_id))
 
-    def warm(self, threads: int = 1) -> None:
-        """Index now, at compile time, on up to `threads` threads: every state of a small automaton, else its
-        regions and the start state.
+    def warm(self, threads: int = 1, *, whole: bool = False) -> None:
+        """Index now, at compile time, on up to `threads` threads: the string regions and the start's opening
+        stretch, or with `whole` every state (Outlines-style, all up front).
 
         Either way a decoding step no longer meets a full walk of the vocabulary: a state reached for the first
-        time costs at most its region's exits (tens of microseconds at 128k tokens)."""
+        time costs at most its region's exits (tens of microseconds at 128k tokens). A call visits a few dozen
+        of a tool set's hundreds of states, so indexing the rest up front costs a fresh request more than it
+        saves (BFCL multiple, llama3: 7.5 -> 3.4 ms of CPU for compile plus one call; benchmarks/README.md)."""
         if self.start <= DEAD:
             return
-        if self.dfa.num_states <= EAGER_STATES:
+        if whole:
             self.core.compute_all(threads)
             return
         self.core.compute_regions(threads)
