@@ -161,6 +161,20 @@ def test_tooldec_engine_passes_the_check_and_reports_figures(tok_dir: Path, voca
     assert "| rich | tiny | tooldec |" in report.markdown(report.document(results, {"repeats": 2}))
 
 
+def test_precompute_engine_indexes_every_state_at_compile(tok_dir: Path, vocab: Vocabulary) -> None:
+    """The tooldec-precompute row compiles the same language with every state's mask built before the first step."""
+    from tooldec.bench.engines import ENGINES
+
+    lazy, whole = (ENGINES[name](tok_dir, vocab, min(vocab.eos_ids)) for name in ("tooldec", "tooldec-precompute"))
+    tools = rich_tools()
+    first, second = lazy.compile(tools), whole.compile(tools)
+    assert second.index.core.computed == second.dfa.num_states - 1  # every state but the dead one
+    assert first.index.core.computed < first.dfa.num_states - 1
+    results = run(["tooldec", "tooldec-precompute"], [load_workload("rich", tok_dir)], {"tiny": tok_dir}, repeats=1)
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert report.rows(results)[1]["compile_ratio"] is not None
+
+
 class _Permissive(TooldecSession):
     """A broken engine's session: every token is in its mask and every advance succeeds."""
 

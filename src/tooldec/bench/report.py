@@ -115,7 +115,7 @@ def _ratio_text(value: float | None, ratio: float | None, digits: int, ours: boo
 
 def _engine_label(row: dict[str, Any]) -> str:
     """The engine with its version (peers only)."""
-    if row.get("version") and row["engine"] != "tooldec":
+    if row.get("version") and not str(row["engine"]).startswith("tooldec"):
         return f"{row['engine']} {row['version']}"
     return str(row["engine"])
 

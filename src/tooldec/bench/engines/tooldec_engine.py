@@ -93,6 +93,9 @@ class TooldecEngine(Engine):
     package = "tooldec"
     batch_driver = TooldecBatch
 
+    precompute: ClassVar[bool] = False
+    """Whether a compile indexes every state up front (`Compiler.compile(precompute=True)`)."""
+
     def __init__(self, tokenizer_dir: Path, vocab: Vocabulary, eos_id: int) -> None:
         """Build tooldec's Vocabulary from the tokenizer file (its whole one-time preparation)."""
         self.vocab = Vocabulary.from_file(tokenizer_dir)
@@ -101,7 +104,7 @@ class TooldecEngine(Engine):
     def compile(self, tools: ToolSet) -> CompiledGrammar:
         """Compile cold: without the compiler's caches, and from empty grammar caches (number ranges, key languages)."""
         clear_caches()
-        return self.compiler.compile(tools, "json", use_cache=False)
+        return self.compiler.compile(tools, "json", use_cache=False, precompute=self.precompute)
 
     def start(self, compiled: CompiledGrammar) -> TooldecSession:
         """A fresh guide."""
@@ -110,3 +113,10 @@ class TooldecEngine(Engine):
     def batch(self, threads: int) -> TooldecBatch:
         """The decoding path's batch fill and apply."""
         return TooldecBatch(self.vocab.size, threads)
+
+
+class TooldecPrecomputeEngine(TooldecEngine):
+    """tooldec with every state indexed at compile time (Outlines-style, all up front), against its lazy default."""
+
+    name = "tooldec-precompute"
+    precompute = True
