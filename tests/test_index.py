@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tooldec.automaton.dfa import DEAD
 from tooldec.compiler import Compiler
@@ -229,3 +231,25 @@ def test_a_guide_fills_any_row_of_any_bitmask_it_is_given(compiled) -> None:
     frozen.flags.writeable = False
     with pytest.raises(ValueError, match="read-only"):
         guide.fill_bitmask(frozen)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    extra=st.lists(st.text(alphabet='ab"\\ :,{}é\n', min_size=1, max_size=4).map(str.encode), max_size=40),
+    repeats=st.lists(st.integers(0, 120), max_size=6),
+    seed=st.randoms(use_true_random=False),
+)
+def test_region_walks_take_every_token_of_the_same_bytes(extra: list[bytes], repeats: list[int], seed) -> None:
+    """Tokens spelled alike (several ids, one trie node), vocabulary sizes off a 32-token word, bytes around a
+    string's quote and backslash: each reachable state's mask is still the brute-force set."""
+    base = [bytes([b]) for b in range(0x20, 0x7F)] + [b'", "', b'": "', b'"}', b"\\u00", "é".encode(), b"\xc3"]
+    tokens: list[bytes | None] = base + extra
+    tokens += [tokens[i % len(tokens)] for i in repeats]
+    seed.shuffle(tokens)
+    vocab = Vocabulary.from_bytes([*tokens, None], eos_id=len(tokens))
+    tool = ToolSpec("say", "", {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    compiled = Compiler(vocab).compile([tool], "json", use_cache=False)
+    for s in compiled.index.reachable_states():
+        ids, nxt = compiled.index.transitions(s)
+        assert (ids.tolist(), nxt.tolist()) == _brute_force(compiled, s)
+        assert np.flatnonzero(unpack(compiled.index.bitmask(s), vocab.size)).tolist() == ids.tolist()

@@ -1116,6 +1116,10 @@ class Vocab {
   // [k, node_end_[k]), the tokens ending at it are tok_[tok_ptr_[k] .. tok_ptr_[k + 1]).
   std::vector<uint8_t> node_byte_;
   std::vector<int32_t> node_depth_, node_end_, tok_ptr_, tok_;
+  // The first token ending at node k, or sink() where none does: a walk sets its bit without a branch (whether a
+  // node ends a token is a coin toss, about half of them do, and a mispredicted branch costs a node's walk).
+  std::vector<int32_t> node_tok_;
+  int32_t sink() const { return words_ * 32; }
   int32_t max_len_ = 0;
   int32_t root_[256];  // the node of each first byte, or -1
   Mask root_bits_{0, 0, 0, 0};  // the first bytes that have a node
@@ -1170,9 +1174,11 @@ class Vocab {
         root_bits_[node_byte_[k] >> 6] |= 1ULL << (node_byte_[k] & 63);
       }
     tok_ptr_.assign(1, 0);
+    node_tok_.reserve(node_tokens.size());
     for (auto& v : node_tokens) {
       tok_.insert(tok_.end(), v.begin(), v.end());
       tok_ptr_.push_back(static_cast<int32_t>(tok_.size()));
+      node_tok_.push_back(v.empty() ? sink() : v.front());
     }
   }
 
@@ -1310,8 +1316,8 @@ class Index {
   // The trie walks this index made for its regions (the others came from a cache or a region that walks alike).
   int64_t num_walks() const { return walks_.load(); }
 
-  // Compute every state's entry now (all up front, Outlines-style).
-  // Every state's entry now, on up to `threads` threads (entries are published lock-free, regions under a lock).
+  // Every state's entry now (all up front, Outlines-style), on up to `threads` threads (entries are published
+  // lock-free, regions under a lock).
   void compute_all(int threads) {
     over_states(threads, [&](int32_t s) { entry(s); });
   }
@@ -1536,7 +1542,7 @@ class Index {
     walks_.fetch_add(1, std::memory_order_relaxed);
     auto r = std::make_shared<Region>();
     const Vocab& v = *vocab_;
-    r->stay.assign(words(), 0);
+    std::vector<uint32_t> bits(static_cast<size_t>(words()) + 1, 0);  // the last word takes the sink's bit
     // the loop reads through local pointers: writes to stay and the exits would otherwise make the compiler
     // reload every vector's data each node
     const int32_t N = static_cast<int32_t>(v.node_byte_.size());
@@ -1545,10 +1551,11 @@ class Index {
     const uint8_t* nb = v.node_byte_.data();
     const int32_t* tp = v.tok_ptr_.data();
     const int32_t* tk = v.tok_.data();
+    const int32_t* ft = v.node_tok_.data();
     const int32_t* shape = sig.data();
     const uint8_t* cl = classes_;
     const size_t nc = static_cast<size_t>(nc_);
-    uint32_t* stay = r->stay.data();
+    uint32_t* stay = bits.data();
     std::vector<int32_t> stack(static_cast<size_t>(v.max_len_) + 1);
     stack[0] = 1;
     int32_t deepest = 0;
@@ -1568,9 +1575,14 @@ class Index {
       }
       stack[d] = c;
       deepest = std::max(deepest, d);
-      for (int32_t j = tp[k]; j < tp[k + 1]; ++j) stay[tk[j] >> 5] |= 1u << (tk[j] & 31);
+      stay[ft[k] >> 5] |= 1u << (ft[k] & 31);
+      if (tp[k + 1] - tp[k] > 1)  // tokens with the same bytes (rare)
+        for (int32_t j = tp[k] + 1; j < tp[k + 1]; ++j) stay[tk[j] >> 5] |= 1u << (tk[j] & 31);
       ++k;
     }
+    bits.pop_back();
+    r->stay = std::move(bits);
+    stay = r->stay.data();
     r->depth = deepest;
     size_t nz = 0;
     for (int32_t w = 0; w < words(); ++w) nz += stay[w] != 0;
