@@ -253,3 +253,16 @@ def test_region_walks_take_every_token_of_the_same_bytes(extra: list[bytes], rep
         ids, nxt = compiled.index.transitions(s)
         assert (ids.tolist(), nxt.tolist()) == _brute_force(compiled, s)
         assert np.flatnonzero(unpack(compiled.index.bitmask(s), vocab.size)).tolist() == ids.tolist()
+
+
+def test_compile_indexes_the_opening_text_up_to_the_first_choice(bytelevel_vocab: Vocabulary) -> None:
+    """`warm` builds the masks of the states every call walks (`{"name": "`, then a choice of tool) and no others."""
+    params = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    tools = [ToolSpec("alpha", "", params), ToolSpec("beta", "", params)]
+    index = Compiler(bytelevel_vocab).compile(tools, "json", use_cache=False).index
+    opening = b'{"name": "'
+    assert index.core.computed == len(opening) + 1  # the start and one state after each byte
+    state = index.dfa.step(index.start, opening)
+    assert index.count(state) >= 2 and index.core.computed == len(opening) + 1
+    index.count(index.dfa.step(state, b"a"))
+    assert index.core.computed == len(opening) + 2, "the state after the choice had been indexed already"

@@ -1344,6 +1344,23 @@ class Index {
     });
   }
 
+  // Index the states of the single path from s: each state's entry, on while it does not accept and all its
+  // live bytes lead to one state, at most `limit` states (a call's opening text up to its first choice).
+  void warm_path(int32_t s, int32_t limit) {
+    for (int32_t i = 0; i < limit && s > DEAD && s < n_; ++i) {
+      entry(s);
+      if (accepting(s)) return;
+      const int32_t* row = trans_ + static_cast<size_t>(s) * nc_;
+      int32_t next = DEAD;
+      for (int32_t c = 0; c < nc_; ++c) {
+        if (row[c] == DEAD || row[c] == next) continue;
+        if (next != DEAD) return;
+        next = row[c];
+      }
+      s = next;
+    }
+  }
+
   // work() on `threads` threads at once, the calling one among them (at least one).
   template <typename F>
   static void on_threads(int threads, F work) {
@@ -1972,6 +1989,8 @@ PYBIND11_MODULE(_core, m) {
       .def("compute_all", &Index::compute_all, py::call_guard<py::gil_scoped_release>(), py::arg("threads") = 1)
       .def("compute_regions", &Index::compute_regions, py::call_guard<py::gil_scoped_release>(),
            py::arg("threads") = 1)
+      .def("warm_path", &Index::warm_path, py::call_guard<py::gil_scoped_release>(), py::arg("state"),
+           py::arg("limit"))
       .def("next_state", &Index::next_state, py::arg("state"), py::arg("token"))
       .def(
           "advance_many",

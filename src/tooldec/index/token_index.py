@@ -108,14 +108,7 @@ class TokenIndex:
         # Every call walks the opening stretch from the start (`{"name": "`) to its first choice (the first
         # byte of a tool name): index all of it now. That choice is wide, and no region holds it (a name trie
         # has too many states): over 234 KAMEL tools it took 0.8 ms of the first call's steps, every compile.
-        state = self.start
-        for _ in range(WARM_PATH):
-            self.core.count(state)
-            row = self.dfa.trans[state]
-            ahead = np.unique(row[row != DEAD])
-            if ahead.size != 1 or self.dfa.accepting[state]:
-                break
-            state = int(ahead[0])
+        self.core.warm_path(self.start, WARM_PATH)
 
     def reachable_states(self, limit: int | None = None) -> list[int]:
         """States reachable from the start by allowed tokens (breadth first), each with its mask computed."""
