@@ -1120,6 +1120,11 @@ class Vocab {
   // node ends a token is a coin toss, about half of them do, and a mispredicted branch costs a node's walk).
   std::vector<int32_t> node_tok_;
   int32_t sink() const { return words_ * 32; }
+  // Per node: whether every byte below it is plain text (printable ASCII but `"` and `\`), and the deepest node
+  // below it (itself if none). A walk in a state that plain bytes keep in place takes such a subtree whole.
+  std::vector<uint8_t> plain_below_;
+  std::vector<int32_t> deepest_below_;
+  static bool plain(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
   int32_t max_len_ = 0;
   int32_t root_[256];  // the node of each first byte, or -1
   Mask root_bits_{0, 0, 0, 0};  // the first bytes that have a node
@@ -1180,6 +1185,19 @@ class Vocab {
       tok_ptr_.push_back(static_cast<int32_t>(tok_.size()));
       node_tok_.push_back(v.empty() ? sink() : v.front());
     }
+    // children before parents: a node's children are k + 1 and then each one's subtree end
+    const int32_t count = static_cast<int32_t>(node_byte_.size());
+    plain_below_.assign(count, 1);
+    deepest_below_.assign(node_depth_.begin(), node_depth_.end());
+    for (int32_t k = count - 1; k >= 0; --k) {
+      for (int32_t q = k + 1; q < node_end_[k]; q = node_end_[q]) {
+        plain_below_[k] &= plain_below_[q] & static_cast<uint8_t>(plain(node_byte_[q]));
+        deepest_below_[k] = std::max(deepest_below_[k], deepest_below_[q]);
+      }
+    }
+    // a leaf has nothing to skip: leaving it out keeps the walk's branch on skips rare and predictable
+    for (int32_t k = 0; k < count; ++k)
+      if (node_end_[k] == k + 1) plain_below_[k] = 0;
   }
 
   int32_t size_, words_;
@@ -1569,9 +1587,19 @@ class Index {
     const int32_t* tp = v.tok_ptr_.data();
     const int32_t* tk = v.tok_.data();
     const int32_t* ft = v.node_tok_.data();
+    const uint8_t* pb = v.plain_below_.data();
+    const int32_t* db = v.deepest_below_.data();
     const int32_t* shape = sig.data();
     const uint8_t* cl = classes_;
     const size_t nc = static_cast<size_t>(nc_);
+    // the region's states that every plain byte leads back to (a string's contents): below them a plain subtree
+    // stays put, so its tokens are set without walking it
+    const size_t rows = sig.size() / nc;
+    std::vector<uint8_t> keeps(rows + 1, 1);
+    keeps[0] = 0;
+    for (size_t q = 1; q <= rows; ++q)
+      for (int b = 0x20; b < 0x7F && keeps[q]; ++b)
+        if (Vocab::plain(static_cast<uint8_t>(b)) && shape[(q - 1) * nc + cl[b]] != static_cast<int32_t>(q)) keeps[q] = 0;
     uint32_t* stay = bits.data();
     std::vector<int32_t> stack(static_cast<size_t>(v.max_len_) + 1);
     stack[0] = 1;
@@ -1595,6 +1623,12 @@ class Index {
       stay[ft[k] >> 5] |= 1u << (ft[k] & 31);
       if (tp[k + 1] - tp[k] > 1)  // tokens with the same bytes (rare)
         for (int32_t j = tp[k] + 1; j < tp[k + 1]; ++j) stay[tk[j] >> 5] |= 1u << (tk[j] & 31);
+      if (pb[k] && keeps[c]) {  // every token below stays in c
+        for (int32_t j = tp[k + 1]; j < tp[ne[k]]; ++j) stay[tk[j] >> 5] |= 1u << (tk[j] & 31);
+        deepest = std::max(deepest, db[k]);
+        k = ne[k];
+        continue;
+      }
       ++k;
     }
     bits.pop_back();
