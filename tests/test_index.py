@@ -241,7 +241,8 @@ def test_a_guide_fills_any_row_of_any_bitmask_it_is_given(compiled) -> None:
 )
 def test_region_walks_take_every_token_of_the_same_bytes(extra: list[bytes], repeats: list[int], seed) -> None:
     """Tokens spelled alike (several ids, one trie node), vocabulary sizes off a 32-token word, bytes around a
-    string's quote and backslash: each reachable state's mask is still the brute-force set."""
+    string's quote and backslash, plain-text subtrees a walk takes whole: each reachable state's mask is still the
+    brute-force set."""
     base = [bytes([b]) for b in range(0x20, 0x7F)] + [b'", "', b'": "', b'"}', b"\\u00", "é".encode(), b"\xc3"]
     tokens: list[bytes | None] = base + extra
     tokens += [tokens[i % len(tokens)] for i in repeats]

@@ -1601,6 +1601,9 @@ class Index {
       for (int b = 0x20; b < 0x7F && keeps[q]; ++b)
         if (Vocab::plain(static_cast<uint8_t>(b)) && shape[(q - 1) * nc + cl[b]] != static_cast<int32_t>(q)) keeps[q] = 0;
     uint32_t* stay = bits.data();
+    auto stay_all = [stay, tk](int32_t from, int32_t to) {  // the tokens tok_[from .. to)
+      for (int32_t j = from; j < to; ++j) stay[tk[j] >> 5] |= 1u << (tk[j] & 31);
+    };
     std::vector<int32_t> stack(static_cast<size_t>(v.max_len_) + 1);
     stack[0] = 1;
     int32_t deepest = 0;
@@ -1621,10 +1624,9 @@ class Index {
       stack[d] = c;
       deepest = std::max(deepest, d);
       stay[ft[k] >> 5] |= 1u << (ft[k] & 31);
-      if (tp[k + 1] - tp[k] > 1)  // tokens with the same bytes (rare)
-        for (int32_t j = tp[k] + 1; j < tp[k + 1]; ++j) stay[tk[j] >> 5] |= 1u << (tk[j] & 31);
+      if (tp[k + 1] - tp[k] > 1) stay_all(tp[k] + 1, tp[k + 1]);  // tokens with the same bytes (rare)
       if (pb[k] && keeps[c]) {  // every token below stays in c
-        for (int32_t j = tp[k + 1]; j < tp[ne[k]]; ++j) stay[tk[j] >> 5] |= 1u << (tk[j] & 31);
+        stay_all(tp[k + 1], tp[ne[k]]);
         deepest = std::max(deepest, db[k]);
         k = ne[k];
         continue;
