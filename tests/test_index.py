@@ -189,6 +189,25 @@ def test_string_fields_share_one_region_walk(bytelevel_vocab: Vocabulary) -> Non
     assert 0 < regions(2) == regions(6)
 
 
+@pytest.mark.parametrize("fmt", ["json", "python", "hermes"])
+def test_a_compiler_pins_string_contents_so_cold_compiles_walk_none(vocab: Vocabulary, fmt: str) -> None:
+    """Making a Compiler walks the string contents the call formats write once and pins them in the vocabulary:
+    a cold compile (caches off) of a tool set with plain string fields then walks no region, its masks are still
+    the brute-force sets, and a second Compiler over the same vocabulary pins nothing more."""
+    compiler = Compiler(vocab)
+    pinned = compiler.prepared.core.pinned_regions
+    assert pinned >= 2
+    props = {"q": {"type": "string"}, "lang": {"type": "string"}, "n": {"enum": [1, 2]}}
+    tool = ToolSpec("search", "", {"type": "object", "properties": props, "required": ["q"]})
+    compiled = compiler.compile([tool, TOOLS[2]], fmt, use_cache=False)
+    assert compiled.index.core.num_regions > 0, "the string regions are indexed at compile time"
+    assert compiled.index.core.num_walks == 0
+    for s in compiled.index.reachable_states():
+        assert compiled.index.transitions(s)[0].tolist() == _brute_force(compiled, s)[0]
+    Compiler(compiler.prepared)
+    assert compiler.prepared.core.pinned_regions == pinned
+
+
 def test_digit_count_states_share_entries_and_stay_exact(vocab: Vocabulary) -> None:
     """A bounded number counts its digits in states that walk the vocabulary alike once the count left is longer
     than any digit token: they share one trie walk and one stored entry, and every state's mask is still the

@@ -56,6 +56,11 @@ tool to a compiled set costs about one tool."""
 UNION_CACHE_SIZE = 4
 """Tool-set automata a Compiler keeps by their tools, so that a set growing by a few tools is the union of the
 last one with the new tools' automata: joining 201 automata took 21 ms at 200 tools, joining 2 takes a few."""
+PINNED_FORMATS = ("json", "python")
+"""Call formats whose string contents a Compiler walks once per model and pins in the vocabulary (JSON strings,
+which every JSON format writes, and Python string literals): a cold compile of any tool set then walks no string
+region of these kinds, as llguidance's tokenizer holds its slices."""
+_PROBE = ToolSpec("f", "", {"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]})
 COMPILE_THREADS = 4
 """Threads at most that build a tool set's per-tool automata (the core's part of a cold compile)."""
 
@@ -90,7 +95,8 @@ class Compiler:
         threads: int | None = None,
     ) -> None:
         """Take a prepared vocabulary (share one per model) or prepare a bare Vocabulary here. `threads` build
-        the automata of a tool set's tools in parallel (default: this process's cores, at most COMPILE_THREADS)."""
+        the automata of a tool set's tools in parallel (default: this process's cores, at most COMPILE_THREADS).
+        The first Compiler over a prepared vocabulary pins its string regions (PINNED_FORMATS), a few ms."""
         self.prepared = vocab if isinstance(vocab, PreparedVocab) else PreparedVocab(vocab)
         self.vocab = self.prepared.vocab
         self.max_ref_depth = max_ref_depth
@@ -101,6 +107,9 @@ class Compiler:
         self._unions: OrderedDict[frozenset[str], DFA] = OrderedDict()
         self._products = ProductCache()
         self._lock = threading.Lock()
+        for fmt in PINNED_FORMATS:
+            if self.prepared.first_time(("pinned regions", fmt)):
+                self.compile([_PROBE], fmt, use_cache=False).index.pin_regions()
 
     def clear_cache(self) -> None:
         """Forget every compiled grammar."""

@@ -1086,10 +1086,15 @@ class Vocab {
   int32_t size() const { return size_; }
   int32_t words() const { return words_; }
 
-  // Region walks shared by every index over this vocabulary, keyed by the region's byte-level shape; the
-  // least recently used beyond REGION_CACHE_SIZE are dropped. Thread-safe.
-  std::shared_ptr<const Region> shared_region(const std::vector<int32_t>& key) {
+  // Region walks shared by every index over this vocabulary, keyed by the region's byte-level shape. The
+  // pinned ones (the model's preparation: the value kinds every call format writes, such as a JSON string's
+  // contents) serve every index; the others only indexes that share, and the least recently used beyond
+  // REGION_CACHE_SIZE are dropped. Thread-safe.
+  std::shared_ptr<const Region> shared_region(const std::vector<int32_t>& key, bool shared) {
     std::lock_guard<std::mutex> lock(shared_mutex_);
+    auto pin = pinned_.find(key);
+    if (pin != pinned_.end()) return pin->second;
+    if (!shared) return nullptr;
     auto it = shared_.find(key);
     if (it == shared_.end()) return nullptr;
     lru_.splice(lru_.begin(), lru_, it->second.second);
@@ -1105,9 +1110,19 @@ class Vocab {
       lru_.pop_back();
     }
   }
+  void pin_region(const std::vector<int32_t>& key, std::shared_ptr<const Region> r) {
+    std::lock_guard<std::mutex> lock(shared_mutex_);
+    pinned_.emplace(key, std::move(r));
+    has_pinned_.store(true, std::memory_order_release);
+  }
+  bool has_pinned() const { return has_pinned_.load(std::memory_order_acquire); }
   int64_t shared_regions() const {
     std::lock_guard<std::mutex> lock(shared_mutex_);
     return static_cast<int64_t>(shared_.size());
+  }
+  int64_t pinned_regions() const {
+    std::lock_guard<std::mutex> lock(shared_mutex_);
+    return static_cast<int64_t>(pinned_.size());
   }
   int64_t num_nodes() const { return static_cast<int64_t>(node_byte_.size()); }
   const std::vector<int32_t>& eos() const { return eos_; }
@@ -1207,6 +1222,8 @@ class Vocab {
   std::unordered_map<std::vector<int32_t>,
                      std::pair<std::shared_ptr<const Region>, std::list<std::vector<int32_t>>::iterator>, SigHash>
       shared_;
+  std::unordered_map<std::vector<int32_t>, std::shared_ptr<const Region>, SigHash> pinned_;
+  std::atomic<bool> has_pinned_{false};
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1333,6 +1350,14 @@ class Index {
   }
   // The trie walks this index made for its regions (the others came from a cache or a region that walks alike).
   int64_t num_walks() const { return walks_.load(); }
+
+  // Keep every region walk of this index in the vocabulary for good, for every later index over it (sharing or
+  // not): a model's preparation, like llguidance's slices. Returns how many regions this index holds.
+  int64_t pin_regions() const {
+    std::lock_guard<std::mutex> lock(regions_mutex_);
+    for (const auto& [sig, r] : regions_) vocab_->pin_region(shape_key(sig), r);
+    return static_cast<int64_t>(regions_.size());
+  }
 
   // Every state's entry now (all up front, Outlines-style), on up to `threads` threads (entries are published
   // lock-free, regions under a lock).
@@ -1544,9 +1569,9 @@ class Index {
       auto it = regions_.find(sig);
       if (it != regions_.end()) return it->second;
     }
-    if (!share_) return nullptr;
+    if (!share_ && !vocab_->has_pinned()) return nullptr;
     key = shape_key(sig);
-    auto got = vocab_->shared_region(key);
+    auto got = vocab_->shared_region(key, share_);
     if (!got) return nullptr;
     std::lock_guard<std::mutex> lock(regions_mutex_);
     return regions_.emplace(sig, std::move(got)).first->second;
@@ -2008,7 +2033,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("size", &Vocab::size)
       .def_property_readonly("words", &Vocab::words)
       .def_property_readonly("num_nodes", &Vocab::num_nodes)
-      .def_property_readonly("shared_regions", &Vocab::shared_regions);
+      .def_property_readonly("shared_regions", &Vocab::shared_regions)
+      .def_property_readonly("pinned_regions", &Vocab::pinned_regions);
   py::class_<Index>(m, "Index")
       .def(py::init<std::shared_ptr<Vocab>, carray<int32_t>, carray<uint8_t>, carray<bool>, bool>(),
            py::arg("vocab"), py::arg("trans"), py::arg("classes"), py::arg("accepting"),
@@ -2022,6 +2048,8 @@ PYBIND11_MODULE(_core, m) {
       .def("cached", &Index::cached, py::arg("state"))
       .def_property_readonly("num_regions", &Index::num_regions)
       .def_property_readonly("num_walks", &Index::num_walks)
+      .def("pin_regions", &Index::pin_regions,
+           "Keep this index's region walks in its vocabulary for every later index; returns how many.")
       .def("compute_all", &Index::compute_all, py::call_guard<py::gil_scoped_release>(), py::arg("threads") = 1)
       .def("compute_regions", &Index::compute_regions, py::call_guard<py::gil_scoped_release>(),
            py::arg("threads") = 1)

@@ -60,10 +60,20 @@ class PreparedVocab:
         self.eos_mask = pack_ids(vocab.eos_ids, self.words)
         self.eos_mask.flags.writeable = False
         self._masks: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+        self._done: set[Hashable] = set()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"PreparedVocab(size={self.size}, trie_nodes={self.core.num_nodes})"
+
+    def first_time(self, step: Hashable) -> bool:
+        """True the first time `step` is asked for, then False: a one-time preparation a higher layer makes per
+        model (which string regions it pins), whichever object asks first."""
+        with self._lock:
+            if step in self._done:
+                return False
+            self._done.add(step)
+            return True
 
     def mask(self, key: Hashable, build: Callable[[], np.ndarray]) -> np.ndarray:
         """The named packed mask `key`, built once by `build()` (read-only; the last MASK_CACHE_SIZE are kept)."""

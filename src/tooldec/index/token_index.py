@@ -110,6 +110,12 @@ class TokenIndex:
         # has too many states): over 234 KAMEL tools it took 0.8 ms of the first call's steps, every compile.
         self.core.warm_path(self.start, WARM_PATH)
 
+    def pin_regions(self) -> int:
+        """Keep this index's region walks in its vocabulary for every later index over it, never dropped (a
+        model's one-time preparation; `Compiler` pins the string contents every call format writes). Returns
+        how many regions this index holds."""
+        return int(self.core.pin_regions())
+
     def reachable_states(self, limit: int | None = None) -> list[int]:
         """States reachable from the start by allowed tokens (breadth first), each with its mask computed."""
         seen = {self.start}
