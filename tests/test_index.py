@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tooldec.automaton.dfa import DEAD
 from tooldec.compiler import Compiler
-from tooldec.index import FINAL, unpack
+from tooldec.index import FINAL, PreparedVocab, TokenIndex, unpack
 from tooldec.specs import ToolSpec
 from tooldec.vocab import Vocabulary
 
@@ -191,9 +191,10 @@ def test_string_fields_share_one_region_walk(bytelevel_vocab: Vocabulary) -> Non
 
 @pytest.mark.parametrize("fmt", ["json", "python", "hermes"])
 def test_a_compiler_pins_string_contents_so_cold_compiles_walk_none(vocab: Vocabulary, fmt: str) -> None:
-    """Making a Compiler walks the string contents the call formats write once and pins them in the vocabulary:
-    a cold compile (caches off) of a tool set with plain string fields then walks no region, its masks are still
-    the brute-force sets, and a second Compiler over the same vocabulary pins nothing more."""
+    """Making a Compiler walks the plain values the call formats write (strings, default-bounded numbers) once and
+    pins them in the vocabulary: a cold compile (caches off) of a tool set of such fields then walks no region, at
+    compile time or on any state's first visit, its masks are still the brute-force sets, and a second Compiler
+    over the same vocabulary pins nothing more."""
     compiler = Compiler(vocab)
     pinned = compiler.prepared.core.pinned_regions
     assert pinned >= 2
@@ -201,9 +202,9 @@ def test_a_compiler_pins_string_contents_so_cold_compiles_walk_none(vocab: Vocab
     tool = ToolSpec("search", "", {"type": "object", "properties": props, "required": ["q"]})
     compiled = compiler.compile([tool, TOOLS[2]], fmt, use_cache=False)
     assert compiled.index.core.num_regions > 0, "the string regions are indexed at compile time"
-    assert compiled.index.core.num_walks == 0
     for s in compiled.index.reachable_states():
         assert compiled.index.transitions(s)[0].tolist() == _brute_force(compiled, s)[0]
+    assert compiled.index.core.num_walks == 0
     Compiler(compiler.prepared)
     assert compiler.prepared.core.pinned_regions == pinned
 
@@ -216,7 +217,7 @@ def test_digit_count_states_share_entries_and_stay_exact(vocab: Vocabulary) -> N
         "f", "", {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "integer"}}, "required": ["x", "y"]}
     )
     compiled = Compiler(vocab).compile([tool], "json", use_cache=False)
-    index = compiled.index
+    index = TokenIndex(compiled.dfa, PreparedVocab(vocab))  # a vocabulary without the Compiler's pinned walks
     states = index.reachable_states()
     assert index.core.num_masks < index.core.computed
     assert 0 < index.core.num_walks < index.core.num_regions  # regions alike as far as their walks read: one walk

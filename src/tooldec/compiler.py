@@ -57,10 +57,23 @@ UNION_CACHE_SIZE = 4
 """Tool-set automata a Compiler keeps by their tools, so that a set growing by a few tools is the union of the
 last one with the new tools' automata: joining 201 automata took 21 ms at 200 tools, joining 2 takes a few."""
 PINNED_FORMATS = ("json", "python")
-"""Call formats whose string contents a Compiler walks once per model and pins in the vocabulary (JSON strings,
-which every JSON format writes, and Python string literals): a cold compile of any tool set then walks no string
-region of these kinds, as llguidance's tokenizer holds its slices."""
-_PROBE = ToolSpec("f", "", {"type": "object", "properties": {"s": {"type": "string"}}, "required": ["s"]})
+"""Call formats whose plain values a Compiler walks once per model and pins in the vocabulary (JSON strings, which
+every JSON format writes, Python string literals, and the default-bounded numbers of both): a cold compile of any
+tool set then walks the trie for none of these, at compile time or on a first visit, as llguidance's tokenizer
+holds its slices."""
+
+
+def _probe(name: str, required: dict[str, Any], optional: dict[str, Any] | None = None) -> ToolSpec:
+    return ToolSpec(name, "", {"type": "object", "properties": {**required, **(optional or {})}, "required": list(required)})
+
+
+_STR, _NUM, _INT = {"type": "string"}, {"type": "number"}, {"type": "integer"}
+_PROBES = [  # a number's region ends on the bytes that may follow it, so each kind is met before each follower
+    _probe("f", {"s": _STR, "x": _NUM, "i": _INT}),
+    _probe("g", {"i": _INT, "x": _NUM}),
+    _probe("h", {"x": _NUM, "i": _INT}, {"y": _NUM, "j": _INT,
+                                          "xs": {"type": "array", "items": _NUM}, "js": {"type": "array", "items": _INT}}),
+]
 COMPILE_THREADS = 4
 """Threads at most that build a tool set's per-tool automata (the core's part of a cold compile)."""
 
@@ -109,7 +122,9 @@ class Compiler:
         self._lock = threading.Lock()
         for fmt in PINNED_FORMATS:
             if self.prepared.first_time(("pinned regions", fmt)):
-                self.compile([_PROBE], fmt, use_cache=False).index.pin_regions()
+                index = self.compile(_PROBES, fmt, use_cache=False).index
+                index.warm(whole=True)
+                index.pin_regions()
 
     def clear_cache(self) -> None:
         """Forget every compiled grammar."""

@@ -1,7 +1,7 @@
 """Per-model preparation: one object made once per tokenizer and shared by every tool set and sequence.
 
 It holds what the token index needs of a vocabulary (the token bytes laid out flat and their trie, in the
-compiled core), the EOS ids, the packed-mask width, and a bounded, thread-safe cache of named packed masks that
+compiled core, with its cache of region walks and the walks pinned there for good), the EOS ids, the packed-mask width, and a bounded, thread-safe cache of named packed masks that
 higher layers build once per model (a trigger's banned tokens in text mode, "EOS only").
 """
 
