@@ -1,8 +1,9 @@
 """Per-model preparation: one object made once per tokenizer and shared by every tool set and sequence.
 
 It holds what the token index needs of a vocabulary (the token bytes laid out flat and their trie, in the
-compiled core, with its cache of region walks and the walks pinned there for good), the EOS ids, the packed-mask width, and a bounded, thread-safe cache of named packed masks that
-higher layers build once per model (a trigger's banned tokens in text mode, "EOS only").
+compiled core, with its cache of region walks and the walks pinned there for good), the EOS ids, the packed-mask
+width, and a bounded, thread-safe cache of named packed masks that higher layers build once per model (a
+trigger's banned tokens in text mode, "EOS only").
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class PreparedVocab:
 
     def first_time(self, step: Hashable) -> bool:
         """True the first time `step` is asked for, then False: a one-time preparation a higher layer makes per
-        model (which string regions it pins), whichever object asks first."""
+        model (the regions a Compiler pins), whichever object asks first."""
         with self._lock:
             if step in self._done:
                 return False

@@ -112,7 +112,7 @@ class TokenIndex:
 
     def pin_regions(self) -> int:
         """Keep this index's region walks in its vocabulary for every later index over it, never dropped (a
-        model's one-time preparation; `Compiler` pins the string contents every call format writes). Returns
+        model's one-time preparation; `Compiler` pins the plain strings and numbers call formats write). Returns
         how many regions this index holds."""
         return int(self.core.pin_regions())
 
