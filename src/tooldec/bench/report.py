@@ -189,7 +189,9 @@ def markdown(doc: dict[str, Any]) -> str:
         ),
         *([s["note"]] if s.get("note") else []),
         (
-            "Times: tokenizer preparation and compile in ms (compile: median of repeats, cache off); per-token "
+            "Times: tokenizer preparation and compile in ms (preparation: what each engine builds once per "
+            "tokenizer, tooldec's pinned walks of plain values and llguidance's slices included; compile: median "
+            "of repeats, tool-set caches off); per-token "
             "mask + advance in µs (median and p99 over the steps after the first, pooled over repeats, each on "
             "a fresh compile); first mask in µs; request: compile, start and every mask and advance of one call, "
             "ms, median (what a request with a new tool set pays for guidance); memory: largest RSS growth over "
