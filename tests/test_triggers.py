@@ -12,7 +12,7 @@ from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController
 from tooldec.decoding.trigger import Triggers
 from tooldec.eval.runners import BLOCKS, HERMES_CALL, LenientHermes, hermes_attempts
-from tooldec.grammar.calls import get_format
+from tooldec.grammar.calls import BARE_OPENING, get_format
 from tooldec.specs import ToolSpec
 from tooldec.vocab import Vocabulary
 
@@ -97,7 +97,24 @@ def test_the_free_baseline_reads_the_same_shapes() -> None:
     assert [get_format("hermes").parse(a.text).arguments for a in attempts[:2]] == [{"city": "Paris"}] * 2
     calls, errors = parse_free_calls(text, CHAT_SYNTAXES["hermes"])
     assert [c.name for c in calls] == ["get_weather"] * 2 and len(errors) == 1
-    assert CHAT_SYNTAXES["hermes"].triggers == ("<tool_call>", "```json")
+    assert CHAT_SYNTAXES["hermes"].triggers == ("<tool_call>", "```json", BARE_OPENING)
+
+
+def test_a_bare_call_opens_a_guided_call_and_the_free_baseline_reads_it(bytelevel_vocab: Vocabulary) -> None:
+    """Qwen2.5-Coder often writes its call as a bare object: its own first bytes open a guided call, whose name
+    the grammar then holds to the tools, and the free reader takes the same shape (prose braces are no call)."""
+    grammar = Compiler(bytelevel_vocab).compile(TOOLS, "hermes")
+    syntax = CHAT_SYNTAXES["hermes"]
+    ctrl = CallController(grammar, trigger=syntax.triggers)
+    assert not ctrl.accept_tokens(bytelevel_vocab.encode('Sure. {"name": "')) and ctrl.guide is not None
+    allowed = {bytelevel_vocab.token_bytes[t] for t in ctrl.guide.allowed_token_ids()}
+    assert b"g" in allowed and b"x" not in allowed, "only the tools' names may follow"
+    [event] = _feed(ctrl, bytelevel_vocab, CALL.removeprefix(BARE_OPENING))
+    assert event.text == CALL and (event.calls[0].name, event.calls[0].arguments) == ("get_weather", {"city": "Paris"})
+    text = 'A set {1, 2} and {"a": 1}, then ' + CALL + "\n" + CALL.replace("Paris", "Oslo")
+    calls, errors = parse_free_calls(text, syntax)
+    assert [c.arguments["city"] for c in calls] == ["Paris", "Oslo"] and not errors
+    assert hermes_attempts(CALL, truncated=False) == [], "BFCL runs read tags and fences only (issue 13's record)"
 
 
 def test_a_chat_syntax_in_the_lines_layout_compiles_its_pretty_format() -> None:

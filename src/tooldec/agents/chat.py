@@ -10,7 +10,6 @@ go back as `tool` messages, and the model answers or calls again.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -21,13 +20,19 @@ from tooldec.backends.loader import LoadedModel
 from tooldec.decoding import CallController, FreeController, SamplingParams
 from tooldec.decoding.decoder import Decoder
 from tooldec.decoding.prefix import PromptPrefix
-from tooldec.grammar.calls import CallParseError, ParsedCall, format_in_layout, get_format, with_aliases
+from tooldec.grammar.calls import (
+    BARE_OPENING,
+    CallParseError,
+    ParsedCall,
+    call_blocks,
+    format_in_layout,
+    get_format,
+    with_aliases,
+)
 from tooldec.specs import ToolSet
 
 FENCE_OPEN = "```json"
-"""Qwen2.5-Coder writes its calls as a Markdown JSON block as often as between `<tool_call>` tags."""
-_BLOCKS = re.compile(r"<tool_call>(.*?)(?:</tool_call>|(?=<tool_call>|```json\n)|$)|```json\n(.*?)(?:\n```|$)", re.DOTALL)
-"""A call block up to its closing (or the next block, or the end of the text)."""
+"""Qwen2.5-Coder writes its calls as a Markdown JSON block as often as between `<tool_call>` tags, and bare."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class ChatSyntax:
 
 
 CHAT_SYNTAXES: dict[str, ChatSyntax] = {
-    "hermes": ChatSyntax("hermes", "<tool_call>", parallel=True, also=(FENCE_OPEN,)),
+    "hermes": ChatSyntax("hermes", "<tool_call>", parallel=True, also=(FENCE_OPEN, BARE_OPENING)),
     "llama31": ChatSyntax("llama31", '{"name": ', parallel=False),
     "mistral": ChatSyntax("mistral", "[TOOL_CALLS]", parallel=True),
 }
@@ -217,11 +222,10 @@ def parse_free_calls(text: str, syntax: ChatSyntax) -> tuple[list[ParsedCall], l
     fmt = get_format(syntax.format)
     calls: list[ParsedCall] = []
     errors: list[str] = []
-    if syntax.family == "hermes":  # `<tool_call>` blocks and Markdown JSON blocks, the shapes the grammar takes
-        for m in _BLOCKS.finditer(text):
-            chunk = m.group(1) if m.group(1) is not None else m.group(2)
+    if syntax.family == "hermes":  # tags, Markdown JSON blocks and bare objects: the shapes the grammar takes
+        for block in call_blocks(text):
             try:
-                calls.append(fmt.parse("<tool_call>\n" + chunk.strip() + "\n</tool_call>"))
+                calls.append(fmt.parse("<tool_call>\n" + block.json.strip() + "\n</tool_call>"))
             except CallParseError as exc:
                 errors.append(str(exc))
         return calls, errors

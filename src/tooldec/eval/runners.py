@@ -43,7 +43,7 @@ from tooldec.eval.metrics import (
 )
 from tooldec.eval.restbench_sim import RestSimulator
 from tooldec.grammar.calls import (
-    HERMES_BLOCKS,
+    WRAPPED_BLOCKS,
     Aliased,
     CallFormat,
     CallParseError,
@@ -81,7 +81,8 @@ HERMES_CALL = re.compile(r"(?:<tool_call>(.*?)</tool_call>|```json\n(.*?)\n```)$
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 BLOCKS = ((TOOL_CALL_OPEN, TOOL_CALL_CLOSE), (FENCE_OPEN, "\n```"))
-"""The shapes a Hermes call is written in, in every decoding mode: tags, or a Markdown JSON block (Qwen)."""
+"""The shapes a Hermes call is written in that a BFCL run reads, in every decoding mode: tags, or a Markdown JSON
+block (Qwen). Not a bare object, which chat and serving read since stop 26: issue 13's runs keep one reading."""
 
 
 class EvalError(ToolDecError, ValueError):
@@ -236,7 +237,7 @@ def hermes_attempts(text: str, truncated: bool, *, guided: bool = False) -> list
     token limit cut off is an incomplete attempt, not a format error."""
     out = []
     if guided:
-        for block in call_blocks(text, HERMES_BLOCKS):
+        for block in call_blocks(text, WRAPPED_BLOCKS):
             if not block.closed:  # cut off by the token limit (the grammar closes every object it completes)
                 out.append(Attempt(text[block.start:].rstrip(), not truncated))
                 break

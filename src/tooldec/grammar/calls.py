@@ -192,23 +192,28 @@ class PythonCall:
 @dataclass(frozen=True)
 class Wrapped:
     """Another format between fixed text, e.g. Hermes/Qwen `<tool_call>\\n{...}\\n</tool_call>`; `also` holds other
-    (prefix, suffix) pairs a call may be written between (Qwen's Markdown ```` ```json\\n{...}\\n``` ````)."""
+    (prefix, suffix) pairs a call may be written between (Qwen's Markdown ```` ```json\\n{...}\\n``` ````), and
+    `bare`, when set, the inner call's own first bytes, which open a call written with no wrapping at all
+    (Qwen2.5-Coder's bare `{"name": "...", "arguments": {...}}`)."""
 
     inner: CallFormat
     prefix: str
     suffix: str
     name: str = "wrapped"
     also: tuple[tuple[str, str], ...] = ()
+    bare: str = ""
 
     @property
     def pairs(self) -> tuple[tuple[str, str], ...]:
-        """Every (prefix, suffix) pair, the canonical one first."""
-        return ((self.prefix, self.suffix), *self.also)
+        """Every (prefix, suffix) pair, the canonical one first (a bare call's is `("", "")`)."""
+        return ((self.prefix, self.suffix), *self.also, *((("", ""),) if self.bare else ()))
 
     @property
     def openings(self) -> tuple[str, ...]:
-        """The prefixes without their trailing newline: the triggers that open a call (`<tool_call>`, ```` ```json ````)."""
-        return tuple(p.rstrip("\n") for p, _ in self.pairs)
+        """The triggers that open a call: the prefixes without their trailing newline (`<tool_call>`,
+        ```` ```json ````), then `bare`."""
+        wrapped = (p.rstrip("\n") for p, _ in ((self.prefix, self.suffix), *self.also))
+        return (*wrapped, *((self.bare,) if self.bare else ()))
 
     def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
              names: tuple[str, ...] = ()) -> Node:
@@ -467,9 +472,15 @@ def with_aliases(fmt: str | CallFormat, tools: Iterable[ToolSpec]) -> CallFormat
     return Aliased(fmt, table)
 
 
+BARE_OPENING = '{"name": "'
+"""What opens a JSON call written bare, with no tags or fence around it: its own first bytes, up to the tool name."""
+
+
 def _hermes(inner: JsonCall, name: str) -> Wrapped:
-    """Hermes/Qwen blocks around a JSON call: `<tool_call>` tags, or a Markdown JSON block."""
-    return Wrapped(inner, "<tool_call>\n", "\n</tool_call>", name=name, also=(("```json\n", "\n```"),))
+    """Hermes/Qwen calls: between `<tool_call>` tags, in a Markdown JSON block, or bare (Qwen2.5-Coder writes all
+    three; a bare object that does not start `{"name": "` is not read as a call)."""
+    return Wrapped(inner, "<tool_call>\n", "\n</tool_call>", name=name, also=(("```json\n", "\n```"),),
+                   bare=BARE_OPENING)
 
 
 FORMATS: dict[str, CallFormat] = {
@@ -502,8 +513,13 @@ def format_in_layout(name: str, layout: str) -> str:
     return laid_out
 
 
-HERMES_BLOCKS: tuple[tuple[str, str], ...] = tuple((o.strip(), c.strip()) for o, c in FORMATS["hermes"].pairs)  # type: ignore[attr-defined]
-"""(opening, closing) of every shape a Hermes call is written in: `<tool_call>` tags, a Markdown JSON block."""
+HERMES_BLOCKS: tuple[tuple[str, str], ...] = tuple(
+    zip(FORMATS["hermes"].openings, (c.strip() for _, c in FORMATS["hermes"].pairs), strict=True)  # type: ignore[attr-defined]
+)
+"""(opening, closing) of every shape a Hermes call is written in: `<tool_call>` tags, a Markdown JSON block, a bare
+object (opened by its own first bytes, closed by nothing)."""
+WRAPPED_BLOCKS: tuple[tuple[str, str], ...] = tuple(b for b in HERMES_BLOCKS if b[1])
+"""The Hermes shapes with text around the call (tags, fence): what issue 13's BFCL runs read (docs/results.md)."""
 
 _JSON = json.JSONDecoder()
 
@@ -521,8 +537,9 @@ class CallBlock:
 
 
 def call_blocks(text: str, blocks: Sequence[tuple[str, str]] = HERMES_BLOCKS) -> list[CallBlock]:
-    """The calls in `text`, each opened by one of `blocks`' openings; a call's object ends where its JSON does
-    (a closing inside a string argument does not end it). The last may be incomplete."""
+    """The calls in `text`, each opened by one of `blocks`' openings (an opening that starts with `{` is the
+    object's own start); a call's object ends where its JSON does (a closing inside a string argument does not
+    end it). The last may be incomplete."""
     out: list[CallBlock] = []
     pos = 0
     while True:
@@ -530,7 +547,7 @@ def call_blocks(text: str, blocks: Sequence[tuple[str, str]] = HERMES_BLOCKS) ->
         if not found:
             return out
         start, opening, closing = min(found)
-        body = start + len(opening)
+        body = start if opening.startswith("{") else start + len(opening)
         while body < len(text) and text[body].isspace():
             body += 1
         try:

@@ -11,10 +11,10 @@ OpenAI request body's `vllm_xargs`, or `SamplingParams.extra_args`); the JSON ob
 
 `tool_payload(...)` writes that entry. `PolicyFactory` turns a request into a `CallController` (one per model:
 it holds the compiler, whose compiled tool sets are cached) with the call formats of `tooldec serve`, the agents
-and the evaluation: any of the syntax's triggers opens a call (Hermes/Qwen: `<tool_call>` or a Markdown
-```` ```json ```` block) and a call may name a tool by a unique suffix of its name (`with_aliases`);
-`tooldec.grammar.calls.call_blocks` finds such calls in text (for the vLLM tool parser, which names them by
-`name_aliases`).
+and the evaluation: any of the syntax's triggers opens a call (Hermes/Qwen: `<tool_call>`, a Markdown
+```` ```json ```` block or a bare `{"name": "`) and a call may name a tool by a unique suffix of its name
+(`with_aliases`); `tooldec.grammar.calls.call_blocks` finds such calls in text (for the vLLM tool parser, which
+names them by `name_aliases`).
 `PolicyBatch` keeps one policy per batch row and
 follows the engine's batch updates (removed, then added, then moved); before each sampling step it feeds every
 row the tokens generated since the last step, fills all rows' packed masks in one call of the compiled core

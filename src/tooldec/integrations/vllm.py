@@ -12,8 +12,8 @@ Two pieces, both loaded by vLLM itself:
   `vllm_xargs` as the tooldec payload, so a plain OpenAI client request is guided; it turns vLLM's own
   constraints off for these requests (no xgrammar structural tag, no JSON-list format for `required` or a named
   function: the calls come in the model's own syntax and are parsed like `auto`). It reads the Hermes calls the
-  processor guides, in `<tool_call>` tags or a Markdown ```` ```json ```` block, and names a call that used a
-  tool's unique suffix (`with_aliases`) by the tool's own name, streamed or not.
+  processor guides, in `<tool_call>` tags, a Markdown ```` ```json ```` block or a bare object, and names a call
+  that used a tool's unique suffix (`with_aliases`) by the tool's own name, streamed or not.
 
 Without the parser, a client may send the payload itself: `vllm_xargs=tool_payload(tools, tool_choice)` in the
 request body, or `SamplingParams(extra_args=tool_payload(...))` with the offline `LLM`.
@@ -150,8 +150,8 @@ def _canonical(request: Any) -> dict[str, str]:
 
 
 class ToolDecToolParser(Hermes2ProToolParser):
-    """Hermes calls guided by tooldec, in `<tool_call>` tags or a ```` ```json ```` block: the request's tools go
-    to the logits processor, and the calls come back under the tools' own names.
+    """Hermes calls guided by tooldec, in `<tool_call>` tags, a ```` ```json ```` block or bare: the request's tools
+    go to the logits processor, and the calls come back under the tools' own names.
 
     `adjust_request` writes the tooldec payload into `vllm_xargs` from the request's `tools`, `tool_choice` and
     `parallel_tool_calls`; vLLM's own constraints stay off (tooldec's are complete), and required or named
