@@ -33,7 +33,7 @@ from tooldec.decoding import CallController
 from tooldec.decoding.trigger import Triggers
 from tooldec.errors import TokenRejectedError
 from tooldec.eval.metrics import SyntaxChecker
-from tooldec.grammar.calls import call_blocks, name_aliases, with_aliases
+from tooldec.grammar.calls import WRAPPED_BLOCKS, call_blocks, name_aliases, with_aliases
 from tooldec.integrations.batch import (
     PAYLOAD_KEY,
     CallsOnly,
@@ -470,10 +470,11 @@ def test_simulated_engine_writes_only_valid_calls(factory: PolicyFactory, vocab:
     calls = 0
     for choice, out in finished:
         text = b"".join(vocab.token_bytes[t] or b"" for t in out if t != eos).decode("utf-8", "replace")
-        blocks = call_blocks(text)  # `<tool_call>` tags, ```json blocks or bare objects
-        if choice in ("none", None):  # no call is guided: the first opening is banned, the others stay content
-            assert "<tool_call>" not in text or choice is None
-            continue
+        # `<tool_call>` tags, ```json blocks or bare objects; where no call is guided ("none", no tools) a bare
+        # object is content, so only the wrapped shapes are read there, as before bare calls were
+        blocks = call_blocks(text) if choice not in ("none", None) else call_blocks(text, WRAPPED_BLOCKS)
+        if choice == "none":
+            assert "<tool_call>" not in text
         if choice in ("required", NAMED):  # calls back to back, then EOS
             assert blocks and blocks[0].start == 0, text
             assert all(a.end == b.start for a, b in itertools.pairwise(blocks)), text

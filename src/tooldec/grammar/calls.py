@@ -212,8 +212,7 @@ class Wrapped:
     def openings(self) -> tuple[str, ...]:
         """The triggers that open a call: the prefixes without their trailing newline (`<tool_call>`,
         ```` ```json ````), then `bare`."""
-        wrapped = (p.rstrip("\n") for p, _ in ((self.prefix, self.suffix), *self.also))
-        return (*wrapped, *((self.bare,) if self.bare else ()))
+        return tuple(p.rstrip("\n") if p else self.bare for p, _ in self.pairs)
 
     def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
              names: tuple[str, ...] = ()) -> Node:
