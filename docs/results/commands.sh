@@ -4,12 +4,14 @@
 # partial pass is committed and the next session resumes it). Usage: docs/results/commands.sh MODEL [N]
 # (N = only the first N items of each benchmark; default all). Cells run in the order below: the issue's
 # "done when" cells (KAMEL 30 and 234) first, then the rest of the KAMEL curve, which is quick. Every run resumes
-# where an earlier one stopped. Needs $TOOLDEC_SHARED (or ../shared).
+# where an earlier one stopped. Needs $TOOLDEC_SHARED (or ../shared). Two chains for one model share the work: a
+# cell another chain is running (its lock in $locks) is skipped, and a fuzzy replay waits for its free run.
 set -u
 cd "$(dirname "$0")/../.."
 m=$1; n=${2:-all}
 runs=docs/results/runs
 shared=${TOOLDEC_SHARED:-../shared}
+locks=${TMPDIR:-/tmp}/tooldec-run-locks; mkdir -p "$locks"
 ev() {  # ev BENCHMARK DECODING BATCH [options...]: one run into $runs/<name>
   local b=$1 d=$2 bs=$3; shift 3
   local name=$b
@@ -20,9 +22,13 @@ ev() {  # ev BENCHMARK DECODING BATCH [options...]: one run into $runs/<name>
   [[ " $* " == *" --format hermes-lines"* ]] && suffix=$suffix-lines
   local limit=(); [ "$n" != all ] && limit=(--limit "$n")
   local replay=()  # one-shot benchmarks: fuzzy scores the free run's generations instead of decoding them again
-  [ "$d" = fuzzy ] && [[ $b == kamel || $b == bfcl-* ]] && replay=(--replay "$runs/$name-$m-free$suffix")
-  tooldec eval "$b" --model "$m" --decoding "$d" "${limit[@]}" --threads 1 --batch-size "$bs" --resume \
-    --out "$runs/$name-$m-$d$suffix" "${replay[@]}" "$@"
+  if [ "$d" = fuzzy ] && [[ $b == kamel || $b == bfcl-* ]]; then
+    replay=(--replay "$runs/$name-$m-free$suffix")
+    flock "$locks/$name-$m-free$suffix" true  # another chain may still be writing the free run
+  fi
+  flock -n "$locks/$name-$m-$d$suffix" tooldec eval "$b" --model "$m" --decoding "$d" "${limit[@]}" --threads 1 \
+    --batch-size "$bs" --resume --out "$runs/$name-$m-$d$suffix" "${replay[@]}" "$@" \
+    || echo "$name-$m-$d$suffix: skipped or failed (status $?)" >&2
 }
 modes() { for d in tooldec free fuzzy; do ev "$1" $d "${@:2}"; done; }  # modes BENCHMARK BATCH [options...]
 modes kamel 1 --tools 30
@@ -49,9 +55,9 @@ modes restbench-tmdb 8
 modes restbench-spotify 8
 for s in tmdb spotify; do  # the compressed-prompt runs (ToolDec §3.2): descriptions rewritten by the same model
   short=$runs/compressed-$s-$m.json
-  tooldec compress-tools "$shared/data/restbench/${s}_oas.json" --model "$m" --out "$short"
+  flock "$locks/compress-$s-$m" tooldec compress-tools "$shared/data/restbench/${s}_oas.json" --model "$m" --out "$short"
   modes restbench-$s 8 --compressed "$short"
 done
 short=$runs/compressed-bfcl-multiple-$m.json  # BFCL: the category with several tools per prompt
-tooldec compress-tools bfcl-multiple --model "$m" --out "$short" --shared "$shared"
+flock "$locks/compress-bfcl-multiple-$m" tooldec compress-tools bfcl-multiple --model "$m" --out "$short" --shared "$shared"
 modes bfcl-multiple 8 --compressed "$short"
