@@ -155,6 +155,49 @@ def test_chat_agent_answers_instead_of_repeating_a_call(
     assert result.answer == "386.22"
 
 
+CALLS_TEMPLATE = (  # renders an assistant's tool_calls in tags, as Qwen's template does
+    "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% for c in m.get('tool_calls', []) %}"
+    "<tool_call>{{ c['function']['name'] }} {{ c['function']['arguments'] | tojson }} {{ c['id'] }}</tool_call>"
+    "{% endfor %}{{ m.get('tool_call_id', '') }}\n{% endfor %}<assistant>"
+)
+PLAIN_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
+
+
+@pytest.mark.parametrize("template", [CALLS_TEMPLATE, PLAIN_TEMPLATE], ids=["renders-calls", "plain"])
+def test_chat_agent_shows_a_call_the_way_the_template_writes_calls(
+    lm: LoadedModel, executor: ToolExecutor, monkeypatch: pytest.MonkeyPatch, template: str
+) -> None:
+    # the model writes its call as a Markdown block; the next round's prompt must show it as the template writes
+    # calls (tool_calls, with ids that the tool replies name), or as written where the template would drop them
+    from tooldec.agents import chat
+    from tooldec.decoding.controller import CallEvent
+    from tooldec.decoding.decoder import Generation
+
+    call = ParsedCall("multiply", {"a": 3.14, "b": 123})
+    written = 'Let me compute. ```json\n{"name": "multiply", "arguments": {"a": 3.14, "b": 123}}\n```'
+    prompts: list[str] = []
+
+    class Scripted:
+        def __init__(self, *_: object) -> None:
+            pass
+
+        def generate(self, prompts_ids, *_, **__):  # type: ignore[no-untyped-def]
+            prompts.append(lm.tokenizer.decode(prompts_ids[0]))
+            if len(prompts) == 1:
+                return [Generation([], written, [CallEvent(written, [call])], "stop")]
+            return [Generation([], "386.22", [], "stop")]
+
+    monkeypatch.setattr(chat, "Decoder", Scripted)
+    lm.tokenizer.chat_template = template
+    result = ChatAgent(lm, executor).run("What is 3.14 times 123?")
+    assert result.answer == "386.22" and [c.name for c in result.calls] == ["multiply"]
+    if template is CALLS_TEMPLATE:
+        assert '<assistant>Let me compute.<tool_call>multiply {"a": 3.14, "b": 123} call00000</tool_call>' in prompts[1]
+        assert "<tool>386.22call00000" in prompts[1] and "```" not in prompts[1]
+    else:
+        assert "<assistant>" + written + "\n<tool>386.22\n" in prompts[1]
+
+
 def test_parse_free_calls_reads_hermes_blocks() -> None:
     text = 'x <tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call> <tool_call>\n{bad}\n</tool_call>'
     calls, errors = parse_free_calls(text, CHAT_SYNTAXES["hermes"])

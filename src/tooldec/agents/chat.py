@@ -99,6 +99,32 @@ def template_renders_tools(lm: LoadedModel) -> bool:
         return False
 
 
+def template_renders_calls(lm: LoadedModel) -> bool:
+    """Whether the chat template writes an assistant message's `tool_calls` (Qwen's does, in its own tags)."""
+    call = {"id": "call00000", "type": "function", "function": {"name": "zq_probe_tool", "arguments": {}}}
+    probe = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    try:
+        return "zq_probe_tool" in lm.tokenizer.apply_chat_template(probe, tokenize=False)
+    except Exception:  # noqa: BLE001 -- a template that rejects tool calls does not render them
+        return False
+
+
+def call_turn(text: str, calls: Sequence[ParsedCall], syntax: ChatSyntax, first_id: int = 0) -> dict[str, Any]:
+    """The assistant message of a round that made `calls`: the text before the first call as its content and the
+    calls as `tool_calls` (ids `call00000`, ... from `first_id`: nine characters, as Mistral's template wants),
+    so that the next prompt shows them the way the template writes calls, whichever shape the model wrote."""
+    starts = [i for trigger in syntax.triggers if (i := text.find(trigger)) >= 0]
+    return {
+        "role": "assistant",
+        "content": text[: min(starts, default=len(text))].strip(),
+        "tool_calls": [
+            {"id": f"call{first_id + i:05d}", "type": "function",
+             "function": {"name": call.name, "arguments": call.arguments}}
+            for i, call in enumerate(calls)
+        ],
+    }
+
+
 def hermes_system_prompt(tools: ToolSet) -> str:
     """Tool instructions in the Hermes/Qwen style, for templates that do not render tools themselves."""
     listing = "\n".join(json.dumps(t.to_openai()) for t in tools)
@@ -175,6 +201,7 @@ class ChatAgent:
         choice = self.tool_choice
         decoder = Decoder(self.lm.model, self.lm.vocab)
         made: set[str] = set()
+        as_calls = template_renders_calls(self.lm)
         for _ in range(self.max_rounds):
             tools = self.executor.tools
             mode = choice
@@ -209,10 +236,16 @@ class ChatAgent:
                 choice = "none"
                 continue
             made |= keys
-            messages.append({"role": "assistant", "content": gen.text})
-            for call in calls:
+            if as_calls:
+                turn = call_turn(gen.text, calls, syntax, first_id=len(totals.calls))
+                ids = [tool_call["id"] for tool_call in turn["tool_calls"]]
+            else:  # the template would drop tool_calls: the model's own text carries them
+                turn, ids = {"role": "assistant", "content": gen.text}, [None] * len(calls)
+            messages.append(turn)
+            for call, call_id in zip(calls, ids, strict=True):
                 result = totals.record(self.executor.run(call))
-                messages.append({"role": "tool", "name": call.name, "content": result.observation()})
+                reply = {"role": "tool", "name": call.name, "content": result.observation()}
+                messages.append(reply if call_id is None else {**reply, "tool_call_id": call_id})
             choice = "auto"
         return totals
 
