@@ -100,6 +100,9 @@ def test_react_agent_guided_actions_are_valid(lm: LoadedModel, executor: ToolExe
         for call in result.calls:
             jsonschema.validate(call.arguments, executor.tools[call.name].parameters)
         assert "could not be read" not in result.text
+        *steps, last = result.text.split("Thought:")  # ReAct's format: every Thought leads to an Action
+        assert all("Action: " in step for step in steps)
+        assert "Action: " in last or result.tokens >= agent.max_new_tokens, "the text ended before an action"
 
 
 @pytest.mark.parametrize("layout", ["compact", "lines"])

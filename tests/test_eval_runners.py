@@ -192,13 +192,29 @@ def test_tooldec_never_makes_a_syntax_error(
 def test_a_batch_gives_each_item_the_record_it_gets_alone(
     tiny_lm: LoadedModel, shared: Path, bench_name: str, tools: int | None, decoding: str
 ) -> None:
-    """Batched decoding (with the shared prompt prefix's cache) changes the cost, never the outcome."""
+    """Batched decoding (with the shared prompt prefix's cache) changes the cost, never the outcome; the mass
+    guidance removed is a sum of probabilities, the same but for the batch's rounding."""
     bench = prepare(bench_name, tiny_lm, decoding, root=str(shared), tools=tools)
     together = bench.run_batch(bench.items)
     alone = [bench.run(item) for item in bench.items]
     assert len(together) == len(bench.items) >= 2
     for a, b in zip(together, alone, strict=True):
-        assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
+        outcome = {k: v for k, v in a.items() if k not in ("seconds", "guidance")}
+        assert outcome == {k: v for k, v in b.items() if k not in ("seconds", "guidance")}
+        _assert_same_guidance(a.get("guidance", {}), b.get("guidance", {}))
+
+
+def _assert_same_guidance(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Two records' guidance agree: the same steps and overrides, the removed mass to 1e-4."""
+    assert [k for k in a] == [k for k in b]
+    for key in a:
+        if key.startswith("removed"):
+            assert a[key] == pytest.approx(b[key], abs=1e-4), key
+        elif key == "where":
+            assert [{**w, "removed": None} for w in a[key]] == [{**w, "removed": None} for w in b[key]]
+            assert [w["removed"] for w in a[key]] == pytest.approx([w["removed"] for w in b[key]], abs=1e-3)
+        else:
+            assert a[key] == b[key], key
 
 
 @pytest.mark.parametrize("decoding", ["free", "fuzzy"])

@@ -3,6 +3,7 @@ spells as text, and the free baseline reading the same shapes."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -157,3 +158,53 @@ def test_a_forced_stretch_leaves_its_last_token_to_the_model_when_a_longer_one_m
     walked = CallController(grammar, trigger="<", tool_choice="required")
     [event] = walked.accept_tokens(HEALING.encode('<bordering_cities>("y")='))
     assert event.calls[0].name == "bordering_cities"
+
+
+REACT_TOOLS = [*TOOLS, ToolSpec("Finish", "", {"type": "object", "properties": {"answer": {"type": "string"}},
+                                               "required": ["answer"]})]
+
+
+def test_the_end_of_a_react_thought_line_opens_the_action(bytelevel_vocab: Vocabulary) -> None:
+    # ReAct's format FSM: the newline that ends the Thought is not spelled by the grammar (it stays in the text
+    # before the call) and `Action: ` is forced after it; `Action:` written on the Thought line opens it too
+    from tooldec.agents.react import THOUGHT_ENDS
+    from tooldec.grammar.calls import ReactCall
+
+    grammar = Compiler(bytelevel_vocab).compile(REACT_TOOLS, ReactCall())
+    action = 'Action: get_weather\nAction Input: {"city": "Paris"}\n'
+    for thought, rest in [(" I need the weather.\n", action), (" I need the weather. Action:", action[7:])]:
+        ctrl = CallController(grammar, trigger=THOUGHT_ENDS, after_call="text", end_in_text=False)
+        assert not _feed(ctrl, bytelevel_vocab, thought) and ctrl.guide is not None
+        if thought.endswith("\n"):
+            assert bytelevel_vocab.decode(ctrl.forced()) == b"Action: "
+        [event] = _feed(ctrl, bytelevel_vocab, rest)
+        assert event.calls[0].name == "get_weather" and event.calls[0].arguments == {"city": "Paris"}
+        assert event.text == ("\n" if thought.endswith("\n") else "Action:") + rest
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=30))
+def test_a_react_thought_may_not_end_and_only_ends_at_its_line(bytelevel_vocab: Vocabulary, thought: str) -> None:
+    from tooldec.agents.react import THOUGHT_ENDS
+    from tooldec.grammar.calls import ReactCall
+
+    grammar = Compiler(bytelevel_vocab).compile(REACT_TOOLS, ReactCall())
+    ctrl = CallController(grammar, trigger=THOUGHT_ENDS, after_call="text", end_in_text=False)
+    written = thought.split("Action:")[0]  # the guide takes over at `Action:`
+    ctrl.accept_tokens(bytelevel_vocab.encode(written))
+    assert ctrl.guide is None
+    allowed = ctrl.mask_source()
+    assert isinstance(allowed, np.ndarray)
+    ids = np.flatnonzero(np.unpackbits(allowed.view(np.uint8), bitorder="little"))
+    assert not set(ids.tolist()) & set(bytelevel_vocab.eos_ids), "the text may not end before an action"
+    inner = [t for t in ids if b"\n" in (bytelevel_vocab.token_bytes[t] or b"")[:-1]]
+    assert not inner, "a newline inside a token would run past the end of the Thought line"
+    newline = bytelevel_vocab.encode("\n")
+    assert len(newline) == 1 and newline[0] in ids
+
+
+def test_a_text_that_may_not_end_needs_a_trigger(bytelevel_vocab: Vocabulary) -> None:
+    grammar = Compiler(bytelevel_vocab).compile(TOOLS, "hermes")
+    for kwargs in ({"trigger": None}, {"trigger": "<tool_call>", "tool_choice": "none"}):
+        with pytest.raises(ValueError, match="needs a trigger"):
+            CallController(grammar, end_in_text=False, **kwargs)  # type: ignore[arg-type]

@@ -1,8 +1,10 @@
-"""ReAct for multi-step tool use: `Thought:` free text, then a guided `Action:` / `Action Input:` call.
+"""ReAct for multi-step tool use: a `Thought:` line of free text, then a guided `Action:` / `Action Input:` call.
 
-The model thinks freely; once it writes `Action:`, the rest of the action is guided: an existing tool name
-(or `Finish`), a newline, `Action Input: ` and a JSON object valid for that tool. The tool runs and its result
-comes back as `Observation:`; `Finish` ends the run with its `answer`. A step limit bounds the loop.
+Guided, the format is enforced as ToolDec's ReAct FSM does (seed 001, §4.2): the model thinks freely on the
+Thought line, and when the line ends (or it writes `Action:`) the action follows: `Action: `, an existing tool
+name (or `Finish`), a newline, `Action Input: ` and a JSON object valid for that tool. The text may not end
+before `Finish`. The tool runs and its result comes back as `Observation:`; `Finish` ends the run with its
+`answer`. A step limit bounds the loop.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ FINISH = ToolSpec(
     "End the task and give the final answer.",
     {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
 )
+THOUGHT_ENDS = ("Action:", "\n")
+"""What opens a guided action: the model writing `Action:`, or the end of its Thought line."""
 CALL_END = re.compile(r"Action: *[^\n]+\nAction Input: *\{.*\}\n$", re.DOTALL)
 
 
@@ -83,10 +87,11 @@ class ReactAgent:
                 tools,
                 ReactCall(),
                 guided=self.guided,
-                trigger="Action:",
+                trigger=THOUGHT_ENDS,
                 call_end=CALL_END,
                 max_calls=self.max_steps,
                 stop=("\nObservation:", "\nQuestion:"),
+                end_in_text=False,
             )
             for _ in questions
         ]

@@ -144,6 +144,11 @@ class CallController:
     - `after_call`: "stop" ends the sequence after the call, "text" returns to text mode (parallel calls,
       or the caller appends the tool's result and decoding goes on), up to `max_calls` calls.
     - `stop`: texts that end the sequence when written in text mode (e.g. the next few-shot "\nQ:").
+    - `end_in_text=False`: EOS is not allowed in text mode, so the text leads to a call (ReAct's format: a
+      Thought line, then an Action, until the `Finish` action ends the sequence).
+
+    A trigger the grammar does not spell (a control token, or a text such as ReAct's newline before `Action:`)
+    stays in the text before the call, and the guide starts at the grammar's start.
     """
 
     def __init__(
@@ -155,10 +160,13 @@ class CallController:
         after_call: Literal["stop", "text"] = "stop",
         max_calls: int = 16,
         stop: tuple[str, ...] = (),
+        end_in_text: bool = True,
     ) -> None:
         """Start in tool mode when there is no trigger or a call is required, else in text mode."""
         if tool_choice not in ("auto", "none", "required"):
             raise ValueError(f"tool_choice must be auto, none or required, not {tool_choice!r}")
+        if not end_in_text and (trigger is None or tool_choice == "none"):
+            raise ValueError("a text that may not end needs a trigger it may write (end_in_text=False)")
         self.grammar = grammar
         self.prepared: PreparedVocab = grammar.index.prepared
         self.vocab = self.prepared.vocab
@@ -167,6 +175,7 @@ class CallController:
         self.after_call = after_call
         self.max_calls = max_calls
         self._stops = [t.encode() for t in stop if t]
+        self.end_in_text = end_in_text
         self.reset()
 
     def reset(self) -> None:
@@ -178,7 +187,7 @@ class CallController:
         self._guide: Guide | None = None
         self._pending_trigger: list[int] = []
         self._history: list[_Snapshot] = []
-        self._unspelled = ""  # a control-token trigger the grammar does not spell, written before the call's text
+        self._unspelled = ""  # a trigger the grammar does not spell, written before the call's text
         self.mode = Mode.TEXT
         if self.trigger is None or self.tool_choice == "required":
             self._enter_tool(forced=True)
@@ -198,8 +207,8 @@ class CallController:
         return self._guide
 
     def _enter_tool(self, *, forced: bool, opened: Trigger | None = None) -> None:
-        """Switch to tool mode. The trigger (`opened`, or the first) is walked through the guide as text, a control
-        token only if the grammar spells it; a forced one is pending."""
+        """Switch to tool mode. The trigger (`opened`, or the first) is walked through the guide as text where the
+        grammar spells it, else kept as the text before the call; a forced one is pending."""
         self.mode = Mode.TOOL
         self._guide = guide = self.grammar.guide()
         self._unspelled = ""
@@ -209,12 +218,12 @@ class CallController:
         opened = opened or (trig.first if isinstance(trig, Triggers) else trig)
         spelled = self.vocab.encode(opened.opening) if opened.opening else []
         for token in spelled:
-            if opened.token_id is not None and not guide.accepts(token):
+            if not guide.accepts(token):
                 guide.rollback(guide.num_tokens)
                 self._unspelled = opened.opening.decode()
                 break
-            guide.advance(token)  # a text trigger is always spelled by the grammar
-        if forced and opened.token_id is None:
+            guide.advance(token)
+        if forced and opened.token_id is None and not self._unspelled:
             # a required text trigger is forced but for a last token that may run on into the call, which the
             # model then writes itself (`<m`), as in forced(); the guide was walked over the forced tokens only
             held = False
@@ -240,7 +249,7 @@ class CallController:
         if self.trigger is None:
             return None
         allow = self.tool_choice != "none" and len(self.events) < self.max_calls
-        return self.trigger.allowed_mask(self._tail, allow=allow)
+        return self.trigger.allowed_mask(self._tail, allow=allow, eos=self.end_in_text)
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
         """Write the packed mask of the tokens allowed next into row `row` of an `int32[B, W]` array."""

@@ -50,16 +50,19 @@ class Trigger:
         """Bytes of text to keep as the tail when watching for the trigger."""
         return len(self.text)
 
-    def allowed_mask(self, tail: bytes, *, allow: bool) -> np.ndarray | None:
+    def allowed_mask(self, tail: bytes, *, allow: bool, eos: bool = True) -> np.ndarray | None:
         """The packed mask of tokens that may follow `tail` in text mode (None: every token).
 
-        The trigger may only end at a token's end (allow), or not appear at all (not allow)."""
+        The trigger may only end at a token's end (allow), or not appear at all (not allow); without `eos` the
+        text may not end here (ReAct's text must lead to an action)."""
         if self.token_id is not None:
-            if allow:
-                return None
-            return self.prepared.mask(("trigger-ban", self.token_id), self._build_ban)
-        started = self._started(tail)
-        return self.prepared.mask(("trigger", self.text, started, allow), lambda: self._build(started, allow))
+            mask = None if allow else self.prepared.mask(("trigger-ban", self.token_id), self._build_ban)
+            key: tuple[object, ...] = ("trigger-ban", self.token_id, allow)
+        else:
+            started = self._started(tail)
+            key = ("trigger", self.text, started, allow)
+            mask = self.prepared.mask(key, lambda: self._build(started, allow))
+        return mask if eos else without_eos(self.prepared, key, mask)
 
     def _started(self, tail: bytes) -> tuple[int, ...]:
         """How much of the text trigger `tail` may already have written (each length of a prefix it ends with)."""
@@ -120,17 +123,30 @@ class Triggers:
         """The first trigger's tokens (what a required call forces)."""
         return self.first.tokens()
 
-    def allowed_mask(self, tail: bytes, *, allow: bool) -> np.ndarray | None:
-        """The tokens every trigger allows after `tail` (None: every token), combined once per combination."""
+    def allowed_mask(self, tail: bytes, *, allow: bool, eos: bool = True) -> np.ndarray | None:
+        """The tokens every trigger allows after `tail` (None: every token), combined once per combination;
+        without `eos`, EOS is not among them."""
         masks = [m for m in (t.allowed_mask(tail, allow=allow) for t in self.members) if m is not None]
-        if len(masks) < 2:
-            return masks[0] if masks else None
         key = ("triggers", tuple((m.token_id, m.text, m._started(tail)) for m in self.members), allow)
-        return self.prepared.mask(key, lambda: np.bitwise_and.reduce(np.stack(masks), axis=0))
+        if len(masks) < 2:
+            mask = masks[0] if masks else None
+        else:
+            mask = self.prepared.mask(key, lambda: np.bitwise_and.reduce(np.stack(masks), axis=0))
+        return mask if eos else without_eos(self.prepared, key, mask)
 
     def opened(self, tail: bytes, token_id: int) -> Trigger | None:
         """The trigger `token_id` completes after `tail`, if any."""
         return next((m for m in self.members if m.fired(tail, token_id)), None)
+
+
+def without_eos(prepared: PreparedVocab, key: tuple[object, ...], mask: np.ndarray | None) -> np.ndarray:
+    """`mask` (None: every token) less the EOS tokens, cached in the prepared vocabulary under `key`."""
+
+    def build() -> np.ndarray:
+        kept = pack_bool(np.ones(prepared.size, dtype=bool), prepared.words) if mask is None else mask.copy()
+        return kept & ~prepared.eos_mask
+
+    return prepared.mask(("no-eos", *key), build)
 
 
 def make_trigger(prepared: PreparedVocab, trigger: str | int | Sequence[str | int] | None) -> Trigger | Triggers | None:
