@@ -84,6 +84,10 @@ class Decoder:
     ) -> list[Generation]:
         """Decode every prompt until its controller is done or `max_new_tokens` are generated.
 
+        Each pass feeds every row at most `feed_width` of its pending tokens, so one row's long stretch (a
+        tool's result, a forced stretch) does not make the whole batch compute it padded; that row samples
+        once its stretch is in.
+
         With `explain`, every sampled step whose mask banned a token is recorded in `extra["guided_steps"]`
         as (position, probability mass the mask removed, the token the model preferred, the token taken,
         whether the preferred token was banned); the softmax this needs is computed only then.
@@ -100,7 +104,7 @@ class Decoder:
         n = len(prompts)
         gens = [Generation([], "", [], "length") for _ in range(n)]
         live = [not c.done for c in controllers]
-        generator = params.generator()
+        generators = params.row_generators(n)
         reused = prefix.shared(prompts) if prefix is not None else 0
         cache = prefix.cache(n, reused) if prefix is not None and reused else GrowingCache()
         attention = torch.ones((n, reused), dtype=torch.long) if reused else None
@@ -111,21 +115,22 @@ class Decoder:
             if live[row] and jump_forward:
                 self._take_forced(row, controllers[row], gens[row], pending[row], on_call)
         while any(live):
+            width = feed_width([len(p) for p in pending if p])
             t_model = time.perf_counter()
-            logits, attention, cache = self._forward(pending, attention, cache)
+            logits, attention, cache = self._forward([p[:width] for p in pending], attention, cache)
             model_time += time.perf_counter() - t_model
             for row in range(n):
                 if live[row]:
                     gens[row].forward_passes += 1
-            pending = [[] for _ in range(n)]
+            pending = [p[width:] for p in pending]  # a long stretch (a tool's result) goes on next pass
             rows = []
             for row in range(n):
                 if live[row] and gens[row].sampled_tokens + gens[row].forced_tokens >= max_new_tokens:
                     live[row] = False
-                elif live[row]:
+                elif live[row] and not pending[row]:
                     rows.append(row)
             if not rows:
-                break
+                continue
             raw = logits[rows].clone() if explain else None
             t_mask = time.perf_counter()
             fill_bitmasks([controllers[r] for r in rows], bitmask, rows)
@@ -134,7 +139,7 @@ class Decoder:
             for i, row in enumerate(rows):
                 gens[row].guidance_seconds += share
                 ctrl, gen = controllers[row], gens[row]
-                token = sample_token(logits[row], params, generator)
+                token = sample_token(logits[row], params, generators[row])
                 if raw is not None:
                     _explain(gen, raw[i], logits[row], token)
                 gen.sampled_tokens += 1

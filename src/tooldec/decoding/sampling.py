@@ -34,6 +34,13 @@ class SamplingParams:
             return None
         return torch.Generator().manual_seed(self.seed)
 
+    def row_generators(self, rows: int) -> list[torch.Generator | None]:
+        """One seeded generator per row of a batch (seed + row), so that what a row samples does not depend on
+        when the other rows sample; None for each row without a seed."""
+        if self.seed is None:
+            return [None] * rows
+        return [torch.Generator().manual_seed(self.seed + row) for row in range(rows)]
+
 
 def apply_token_bitmask_inplace(
     logits: torch.Tensor, bitmask: np.ndarray | torch.Tensor, indices: Sequence[int] | None = None
