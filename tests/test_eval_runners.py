@@ -207,14 +207,14 @@ def test_a_batch_gives_each_item_the_record_it_gets_alone(
 def _assert_same_guidance(a: dict[str, Any], b: dict[str, Any]) -> None:
     """Two records' guidance agree: the same steps and overrides, the removed mass to 1e-4."""
     assert [k for k in a] == [k for k in b]
-    for key in a:
+    for key, value in a.items():
         if key.startswith("removed"):
-            assert a[key] == pytest.approx(b[key], abs=1e-4), key
+            assert value == pytest.approx(b[key], abs=1e-4), key
         elif key == "where":
-            assert [{**w, "removed": None} for w in a[key]] == [{**w, "removed": None} for w in b[key]]
-            assert [w["removed"] for w in a[key]] == pytest.approx([w["removed"] for w in b[key]], abs=1e-3)
+            assert [{**w, "removed": None} for w in value] == [{**w, "removed": None} for w in b[key]]
+            assert [w["removed"] for w in value] == pytest.approx([w["removed"] for w in b[key]], abs=1e-3)
         else:
-            assert a[key] == b[key], key
+            assert value == b[key], key
 
 
 @pytest.mark.parametrize("decoding", ["free", "fuzzy"])

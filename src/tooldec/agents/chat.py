@@ -89,24 +89,29 @@ def detect_syntax(tokenizer: Any) -> str:
     return "hermes"
 
 
+PROBE_TOOL = "zq_probe_tool"
+"""A tool name no template writes unless it renders what was given to it."""
+
+
+def _renders_probe(lm: LoadedModel, messages: list[dict[str, Any]], **kwargs: Any) -> bool:
+    """Whether the chat template writes PROBE_TOOL when it renders `messages` (a template that raises does not)."""
+    try:
+        return PROBE_TOOL in lm.tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+    except Exception:  # noqa: BLE001 -- a template that rejects the probe does not render it
+        return False
+
+
 def template_renders_tools(lm: LoadedModel) -> bool:
     """Whether the chat template puts the tools in the prompt (SmolLM2's, for one, ignores them)."""
-    probe = [{"role": "user", "content": "x"}]
-    marker = {"type": "function", "function": {"name": "zq_probe_tool", "description": "", "parameters": {}}}
-    try:
-        return "zq_probe_tool" in lm.tokenizer.apply_chat_template(probe, tools=[marker], tokenize=False)
-    except Exception:  # noqa: BLE001 -- a template that rejects tools does not render them
-        return False
+    marker = {"type": "function", "function": {"name": PROBE_TOOL, "description": "", "parameters": {}}}
+    return _renders_probe(lm, [{"role": "user", "content": "x"}], tools=[marker])
 
 
 def template_renders_calls(lm: LoadedModel) -> bool:
     """Whether the chat template writes an assistant message's `tool_calls` (Qwen's does, in its own tags)."""
-    call = {"id": "call00000", "type": "function", "function": {"name": "zq_probe_tool", "arguments": {}}}
-    probe = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
-    try:
-        return "zq_probe_tool" in lm.tokenizer.apply_chat_template(probe, tokenize=False)
-    except Exception:  # noqa: BLE001 -- a template that rejects tool calls does not render them
-        return False
+    call = {"id": "call00000", "type": "function", "function": {"name": PROBE_TOOL, "arguments": {}}}
+    turn = {"role": "assistant", "content": "", "tool_calls": [call]}
+    return _renders_probe(lm, [{"role": "user", "content": "x"}, turn])
 
 
 def call_turn(text: str, calls: Sequence[ParsedCall], syntax: ChatSyntax, first_id: int = 0) -> dict[str, Any]:

@@ -115,6 +115,7 @@ class Decoder:
             if live[row] and jump_forward:
                 self._take_forced(row, controllers[row], gens[row], pending[row], on_call)
         while any(live):
+            pending = [p if live[row] else [] for row, p in enumerate(pending)]  # a finished row feeds nothing
             width = feed_width([len(p) for p in pending if p])
             t_model = time.perf_counter()
             logits, attention, cache = self._forward([p[:width] for p in pending], attention, cache)

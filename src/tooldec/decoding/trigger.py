@@ -127,6 +127,8 @@ class Triggers:
         """The tokens every trigger allows after `tail` (None: every token), combined once per combination;
         without `eos`, EOS is not among them."""
         masks = [m for m in (t.allowed_mask(tail, allow=allow) for t in self.members) if m is not None]
+        if len(masks) < 2 and eos:
+            return masks[0] if masks else None
         key = ("triggers", tuple((m.token_id, m.text, m._started(tail)) for m in self.members), allow)
         if len(masks) < 2:
             mask = masks[0] if masks else None
