@@ -100,10 +100,15 @@ def load_average() -> float:
     return round(os.getloadavg()[0], 2)
 
 
+CALL_LINE = re.compile(r"^\s*\{\s*\"name\"\s*:")
+
+
 def everyday_right(answer_text: str | None, gold: Any) -> bool:
     """Whether an answer states the gold result: its first number within 1%, or for a weather line
-    ("23 °C, sunny") its temperature or its conditions."""
-    if not answer_text:
+    ("23 °C, sunny") its temperature or its conditions. A line that is call text (`{"name": ...`, a call the
+    model wrote outside the trigger) is not an answer, so an argument repeating the result does not count."""
+    answer_text = "\n".join(line for line in (answer_text or "").splitlines() if not CALL_LINE.match(line))
+    if not answer_text.strip():
         return False
     if isinstance(gold, str) and gold.partition(", ")[2].lower() in answer_text.lower():
         return True
