@@ -28,6 +28,8 @@ from tooldec.decoding.controller import CallEvent, Policy, fill_bitmasks
 from tooldec.decoding.kv_cache import GrowingCache, cache_keyword, returned_cache
 from tooldec.decoding.prefix import PromptPrefix
 from tooldec.decoding.sampling import SamplingParams, apply_token_bitmask_inplace, sample_token
+from tooldec.decoding.shared_attention import enable as enable_shared_attention
+from tooldec.decoding.shared_attention import suffix_mask
 from tooldec.vocab import Vocabulary
 
 Controller = Policy
@@ -68,6 +70,7 @@ class Decoder:
         self.pad_id = pad_id if pad_id is not None else min(vocab.eos_ids)
         self.device = next(model.parameters()).device
         self._cache_keyword = cache_keyword(model)
+        self.shares_prefix = enable_shared_attention(model)
 
     @torch.inference_mode()
     def generate(
@@ -106,8 +109,14 @@ class Decoder:
         live = [not c.done for c in controllers]
         generators = params.row_generators(n)
         reused = prefix.shared(prompts) if prefix is not None else 0
-        cache = prefix.cache(n, reused) if prefix is not None and reused else GrowingCache()
-        attention = torch.ones((n, reused), dtype=torch.long) if reused else None
+        shared = None
+        if prefix is not None and reused and self.shares_prefix:
+            shared = tuple((k[:, :, :reused], v[:, :, :reused]) for k, v in prefix.layers)
+            cache, attention = GrowingCache(), None
+        elif prefix is not None and reused:
+            cache, attention = prefix.cache(n, reused), torch.ones((n, reused), dtype=torch.long)
+        else:
+            cache, attention = GrowingCache(), None
         pending: list[list[int]] = [list(p[reused:]) for p in prompts]
         model_time = 0.0
         bitmask = np.empty((n, (self.vocab.size + 31) // 32), dtype=np.int32)
@@ -118,7 +127,9 @@ class Decoder:
             pending = [p if live[row] else [] for row, p in enumerate(pending)]  # a finished row feeds nothing
             width = feed_width([len(p) for p in pending if p])
             t_model = time.perf_counter()
-            logits, attention, cache = self._forward([p[:width] for p in pending], attention, cache)
+            logits, attention, cache = self._forward(
+                [p[:width] for p in pending], attention, cache, shared, reused if shared else 0
+            )
             model_time += time.perf_counter() - t_model
             for row in range(n):
                 if live[row]:
@@ -160,12 +171,19 @@ class Decoder:
         return gens
 
     def _forward(
-        self, pending: Sequence[Sequence[int]], attention: torch.Tensor | None, cache: Any
+        self,
+        pending: Sequence[Sequence[int]],
+        attention: torch.Tensor | None,
+        cache: Any,
+        shared: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        offset: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """One forward pass over each row's pending tokens, left-padded to the longest (a row may add none).
 
         `attention` is the `[rows, cached]` mask of what `cache` holds (None when it holds nothing); returns the
-        last position's logits (float32, CPU, `[rows, V]`), the mask with this step's columns, and the cache."""
+        last position's logits (float32, CPU, `[rows, V]`), the mask with this step's columns, and the cache.
+        With `shared` (every layer's prefix keys and values, batch 1: tooldec.decoding.shared_attention), `cache`
+        holds only the rows' own positions, which start at `offset`."""
         n = len(pending)
         width = max(len(p) for p in pending)
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
@@ -175,14 +193,17 @@ class Decoder:
                 ids[row, width - len(toks) :] = torch.tensor(toks, dtype=torch.long)
                 step_mask[row, width - len(toks) :] = 1
         attention = step_mask if attention is None else torch.cat([attention, step_mask], dim=1)
-        positions = (attention.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
+        positions = (offset + attention.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
+        extra: dict[str, Any] = {self._cache_keyword: cache}
+        if shared is not None:
+            extra["shared_prefix"] = shared
         out = self.model(
             input_ids=ids.to(self.device),
-            attention_mask=attention.to(self.device),
+            attention_mask=(attention if shared is None else suffix_mask(attention, width)).to(self.device),
             position_ids=positions.to(self.device),
             use_cache=True,
             logits_to_keep=1,
-            **{self._cache_keyword: cache},
+            **extra,
         )
         return out.logits[:, -1, :].float().cpu(), attention, returned_cache(out)
 
