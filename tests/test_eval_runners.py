@@ -27,7 +27,7 @@ from tooldec.eval.runners import (
     shortened,
     toolken_attempts,
 )
-from tooldec.grammar.calls import ToolkenCall
+from tooldec.grammar.calls import ToolkenCall, get_format
 from tooldec.specs import ToolSpec, from_openai_tools
 from tooldec.toolsets.funcqa import funcqa_tools
 
@@ -262,6 +262,21 @@ def test_attempt_scanners() -> None:
     acts = react_attempts(react, truncated=True)
     assert acts[0].text == 'Action: f\nAction Input: {"a": 1}\n' and acts[0].complete
     assert not acts[1].complete
+    assert acts[1].text == "Action: Finish\nAction Input: {"
+
+
+def test_react_action_cut_off_at_its_name_is_truncated_not_a_name_error() -> None:
+    """The token limit may fall right after `Action:` (the format opens the action): the cut-off attempt keeps
+    its text as written, so its empty name is unfinished, not a closed empty name."""
+    checker = SyntaxChecker(funcqa_tools(), get_format("react"))
+    for text in ("Thought: t\nAction:", "Thought: t\nAction: ", "Thought: t\nAction: mul"):
+        (act,) = react_attempts(text, truncated=True)
+        assert not act.complete
+        assert classify(checker, act, fuzzy=False).kind == "truncated", text
+    (closed,) = react_attempts("Thought: t\nAction: mul\n", truncated=True)
+    assert classify(checker, closed, fuzzy=False).kind == "name"
+    (wrong,) = react_attempts("Thought: t\nAction: zzz", truncated=True)
+    assert classify(checker, wrong, fuzzy=False).kind == "name"
 
 
 def test_classify_kinds_and_fuzzy() -> None:

@@ -215,7 +215,9 @@ def toolken_attempts(text: str, truncated: bool) -> list[Attempt]:
 
 
 def react_attempts(text: str, truncated: bool) -> list[Attempt]:
-    """Every `Action:` up to the next Observation/Thought/Action, as one newline-ended action text."""
+    """Every `Action:` up to the next Observation/Thought/Action, as one newline-ended action text; the last one,
+    when the token limit cut it off, as written (a newline added there would close a name the model never
+    finished: `Action: ` would read as an empty name)."""
     starts = [m.start() for m in re.finditer(r"Action:", text)]
     out = []
     for i, start in enumerate(starts):
@@ -224,7 +226,8 @@ def react_attempts(text: str, truncated: bool) -> list[Attempt]:
         cut = min((p for p in (chunk.find("\nObservation:"), chunk.find("\nThought:")) if p >= 0), default=-1)
         ended = cut >= 0 or i + 1 < len(starts)
         chunk = chunk[:cut] if cut >= 0 else chunk
-        out.append(Attempt(chunk.rstrip("\n") + "\n", ended or not truncated))
+        complete = ended or not truncated
+        out.append(Attempt(chunk.rstrip("\n") + "\n" if complete else chunk, complete))
     return out
 
 
@@ -497,6 +500,12 @@ def compressed_block(tools: ToolSet) -> str:
     return "\n".join(lines)
 
 
+def react_checker(tools: ToolSet, decoding: str) -> SyntaxChecker:
+    """The syntax checker of ReAct actions over `tools` and Finish (with ToolDec's name aliases when guided)."""
+    acting = ToolSet([*tools, FINISH])
+    return SyntaxChecker(acting, call_format("react", acting, decoding))
+
+
 def _restbench(
     benchmark: str, lm: LoadedModel, decoding: str, root: str | None, compressed: Mapping[str, str] | None
 ) -> Benchmark:
@@ -525,8 +534,7 @@ def _restbench(
         prompt_builder=builder,
         explain=decoding == "tooldec",
     )
-    acting = ToolSet([*tools, FINISH])
-    checker = SyntaxChecker(acting, call_format("react", acting, decoding))
+    checker = react_checker(tools, decoding)
     encode = _encode(lm)
     full_text = describe_tools(tools)
     shown = compressed_block(shortened(tools, compressed)) if compressed is not None else full_text
