@@ -64,7 +64,9 @@ class Decoder:
     """Generates with a causal LM under CallControllers (one per sequence)."""
 
     def __init__(self, model: Any, vocab: Vocabulary, *, pad_id: int | None = None) -> None:
-        """`model` is a transformers causal LM (or anything with the same forward signature)."""
+        """`model` is a transformers causal LM (or anything with the same forward signature). A Llama, Qwen2 or
+        Qwen3 model under SDPA is switched to shared-prefix attention (`shares_prefix` says whether), so rows
+        that start from one `PromptPrefix` read its keys and values once a step instead of a copy each."""
         self.model = model
         self.vocab = vocab
         self.pad_id = pad_id if pad_id is not None else min(vocab.eos_ids)
@@ -109,14 +111,12 @@ class Decoder:
         live = [not c.done for c in controllers]
         generators = params.row_generators(n)
         reused = prefix.shared(prompts) if prefix is not None else 0
-        shared = None
+        shared = None  # the prefix's keys and values, once for all rows (shared-prefix attention)
+        cache, attention = GrowingCache(), None
         if prefix is not None and reused and self.shares_prefix:
             shared = tuple((k[:, :, :reused], v[:, :, :reused]) for k, v in prefix.layers)
-            cache, attention = GrowingCache(), None
         elif prefix is not None and reused:
             cache, attention = prefix.cache(n, reused), torch.ones((n, reused), dtype=torch.long)
-        else:
-            cache, attention = GrowingCache(), None
         pending: list[list[int]] = [list(p[reused:]) for p in prompts]
         model_time = 0.0
         bitmask = np.empty((n, (self.vocab.size + 31) // 32), dtype=np.int32)
