@@ -127,9 +127,7 @@ class Decoder:
             pending = [p if live[row] else [] for row, p in enumerate(pending)]  # a finished row feeds nothing
             width = feed_width([len(p) for p in pending if p])
             t_model = time.perf_counter()
-            logits, attention, cache = self._forward(
-                [p[:width] for p in pending], attention, cache, shared, reused if shared else 0
-            )
+            logits, attention, cache = self._forward([p[:width] for p in pending], attention, cache, shared)
             model_time += time.perf_counter() - t_model
             for row in range(n):
                 if live[row]:
@@ -176,14 +174,13 @@ class Decoder:
         attention: torch.Tensor | None,
         cache: Any,
         shared: Sequence[tuple[torch.Tensor, torch.Tensor]] | None = None,
-        offset: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """One forward pass over each row's pending tokens, left-padded to the longest (a row may add none).
 
         `attention` is the `[rows, cached]` mask of what `cache` holds (None when it holds nothing); returns the
         last position's logits (float32, CPU, `[rows, V]`), the mask with this step's columns, and the cache.
         With `shared` (every layer's prefix keys and values, batch 1: tooldec.decoding.shared_attention), `cache`
-        holds only the rows' own positions, which start at `offset`."""
+        holds only the rows' own positions, which start after the prefix."""
         n = len(pending)
         width = max(len(p) for p in pending)
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
@@ -193,6 +190,7 @@ class Decoder:
                 ids[row, width - len(toks) :] = torch.tensor(toks, dtype=torch.long)
                 step_mask[row, width - len(toks) :] = 1
         attention = step_mask if attention is None else torch.cat([attention, step_mask], dim=1)
+        offset = shared[0][0].shape[-2] if shared else 0
         positions = (offset + attention.cumsum(dim=1) - 1).clamp(min=0)[:, -width:]
         extra: dict[str, Any] = {self._cache_keyword: cache}
         if shared is not None:
