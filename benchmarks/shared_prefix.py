@@ -2,8 +2,9 @@
 against the prefix copied into every row (transformers' SDPA over each row's whole cache).
 
 A benchmark batch looks like this: a tool list of thousands of tokens (RestBench TMDB's is about 5,000), then
-each item's question. Both ways run `Decoder.generate` greedily on the same prompts, one after the other, each
-`--repeats` times; the table gives wall and CPU seconds (the process's, so a busy machine skews both alike), the
+each item's question; so do a server's requests that carry the same tools. Both ways run greedily on the same
+prompts, one after the other, each `--repeats` times, through `Decoder.generate` (a benchmark batch) and through
+`ContinuousBatch` (the server's batch: the rows join together after an earlier request left the prefix's cache); the table gives wall and CPU seconds (the process's, so a busy machine skews both alike), the
 ratio, the prefix keys and values each way holds, and whether both wrote the same tokens. Not a test: figures depend on the load.
 
     python benchmarks/shared_prefix.py [--models smollm2,qwen2.5-coder-0.5b] [--batch 8] [--prefix-tokens 5000]
@@ -18,6 +19,7 @@ import os
 import statistics
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from rich.table import Table
 from tooldec.backends import load_model
 from tooldec.bench.workloads import synthetic_tools
 from tooldec.decoding import FreeController
-from tooldec.decoding.decoder import Decoder
+from tooldec.decoding.decoder import ContinuousBatch, Decoder
 from tooldec.decoding.prefix import PromptPrefix
 
 QUESTIONS = [
@@ -66,6 +68,22 @@ def run(
     return time.perf_counter() - start, time.process_time() - cpu, [g.tokens for g in gens]
 
 
+def serve(decoder: Decoder, rows: list[list[int]], new_tokens: int) -> tuple[float, float, list]:
+    """The same rows joining a server's ContinuousBatch together, once an earlier request with the same tools
+    (the first row's prompt, run first and not timed) has left its cache behind: wall seconds, CPU seconds, and
+    each row's tokens."""
+    batch = ContinuousBatch(decoder)
+    batch.add(rows[0], FreeController(decoder.vocab, None), max_new_tokens=1)
+    while len(batch):
+        batch.step()
+    cpu = time.process_time()
+    start = time.perf_counter()
+    added = [batch.add(r, FreeController(decoder.vocab, None), max_new_tokens=new_tokens) for r in rows]
+    while len(batch):
+        batch.step()
+    return time.perf_counter() - start, time.process_time() - cpu, [r.gen.tokens for r in added]
+
+
 def kv_mb(prefix: PromptPrefix) -> float:
     """Megabytes of one copy of the prefix's keys and values."""
     return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in prefix.layers) / 2**20
@@ -93,24 +111,29 @@ def main() -> None:
         if not decoder.shares_prefix:
             results.append({"model": name, "error": "this model's attention cannot share a prefix"})
             continue
-        times: dict[str, list[tuple[float, float]]] = {"shared": [], "copied": []}
-        tokens: dict[str, list] = {}
-        for _ in track(range(args.repeats), description=name):
+        paths = {
+            "Decoder.generate": partial(run, decoder, rows, prefix, args.new_tokens),
+            "ContinuousBatch": partial(serve, decoder, rows, args.new_tokens),
+        }
+        for path, go in paths.items():
+            times: dict[str, list[tuple[float, float]]] = {"shared": [], "copied": []}
+            tokens: dict[str, list] = {}
+            for _ in track(range(args.repeats), description=f"{name}, {path}"):
+                for way in ("copied", "shared"):
+                    decoder.shares_prefix = way == "shared"
+                    wall, cpu, tokens[way] = go()
+                    times[way].append((wall, cpu))
+            decoder.shares_prefix = True
+            row: dict[str, Any] = {"model": name, "path": path, "same_tokens": tokens["shared"] == tokens["copied"]}
             for way in ("copied", "shared"):
-                decoder.shares_prefix = way == "shared"
-                wall, cpu, tokens[way] = run(decoder, rows, prefix, args.new_tokens)
-                times[way].append((wall, cpu))
-        decoder.shares_prefix = True
-        row: dict[str, Any] = {"model": name, "same_tokens": tokens["shared"] == tokens["copied"]}
-        for way in ("copied", "shared"):
-            row[f"{way}_wall_s"] = round(statistics.median(w for w, _ in times[way]), 2)
-            row[f"{way}_cpu_s"] = round(statistics.median(c for _, c in times[way]), 2)
-        row["cpu_ratio"] = round(row["copied_cpu_s"] / row["shared_cpu_s"], 2)
-        row["wall_ratio"] = round(row["copied_wall_s"] / row["shared_wall_s"], 2)
-        row["copied_prefix_kv_mb"] = round(kv_mb(prefix) * args.batch)
-        row["shared_prefix_kv_mb"] = round(kv_mb(prefix))
-        row["generated_tokens"] = sum(len(t) for t in tokens["shared"])
-        results.append(row)
+                row[f"{way}_wall_s"] = round(statistics.median(w for w, _ in times[way]), 2)
+                row[f"{way}_cpu_s"] = round(statistics.median(c for _, c in times[way]), 2)
+            row["cpu_ratio"] = round(row["copied_cpu_s"] / row["shared_cpu_s"], 2)
+            row["wall_ratio"] = round(row["copied_wall_s"] / row["shared_wall_s"], 2)
+            row["copied_prefix_kv_mb"] = round(kv_mb(prefix) * args.batch)
+            row["shared_prefix_kv_mb"] = round(kv_mb(prefix))
+            row["generated_tokens"] = sum(len(t) for t in tokens["shared"])
+            results.append(row)
     doc = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": subprocess.run(
@@ -125,6 +148,7 @@ def main() -> None:
     )
     for col in (
         "model",
+        "path",
         "copied s (CPU)",
         "shared s (CPU)",
         "copied / shared (CPU)",
@@ -140,15 +164,16 @@ def main() -> None:
             f"load average at the end {doc['load_average_end']} (2 cores)."
         ),
         "",
-        "| model | copied: wall s (CPU s) | shared: wall s (CPU s) | CPU ratio copied / shared | wall ratio | prefix KV MB (copied, shared) | same tokens |",
-        "|---|---:|---:|---:|---:|---|---|",
+        "| model | path | copied: wall s (CPU s) | shared: wall s (CPU s) | CPU ratio copied / shared | wall ratio | prefix KV MB (copied, shared) | same tokens |",
+        "|---|---|---:|---:|---:|---:|---|---|",
     ]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['model']} | not run: {r['error']} | | | | | |")
+            lines.append(f"| {r['model']} | | not run: {r['error']} | | | | | |")
             continue
         cells = [
             r["model"],
+            r["path"],
             f"{r['copied_wall_s']} ({r['copied_cpu_s']})",
             f"{r['shared_wall_s']} ({r['shared_cpu_s']})",
             f"{r['cpu_ratio']}",

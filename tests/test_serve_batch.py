@@ -170,6 +170,47 @@ def test_prompts_joining_together_share_their_common_start(setup, bytelevel_voca
         assert row.gen.tokens == _alone(decoder, grammar, prompt, SamplingParams(), 300).tokens
 
 
+def test_rows_read_the_prefix_they_share_once_and_copy_what_they_stop_sharing(setup, bytelevel_vocab) -> None:  # type: ignore[no-untyped-def]
+    """Under shared-prefix attention the batch keeps the positions all its rows share once; a joiner that
+    shares fewer has the rest copied into the live rows' caches, and every row still decodes as it does alone."""
+    decoder, grammar = setup
+    assert decoder.shares_prefix
+    enc = bytelevel_vocab.encode
+    system = enc("You may call tools. Here are the tools and some examples of calls and of their answers. " * 2)
+    batch = ContinuousBatch(decoder, min_prefix=16)
+    prompts: list[list[int]] = []
+    rows = []
+
+    def join(prompt: list[int]) -> None:
+        prompts.append(prompt)
+        rows.append(batch.add(prompt, CallController(grammar), max_new_tokens=300))
+        batch.step()
+        assert all(not r.finished for r in rows), "every row is still live when the next one joins"
+
+    join(system + enc(" one"))
+    assert batch._shared is None  # nothing kept yet: the first prompt is run whole, then kept
+    batch.remove(rows[0])
+    batch.step()
+    prompts.pop(), rows.pop()
+    join(system + enc(" two, a longer one"))
+    shared = len(batch._shared.tokens) if batch._shared is not None else 0
+    assert shared >= len(system)
+    assert batch._cache is not None and batch._cache.slots[0].keys.shape[-2] < 16  # only its own positions
+    join(system + enc(" three"))
+    assert batch._shared is not None and len(batch._shared.tokens) >= len(system)
+    join(system[:20] + enc(" short"))
+    same = next(i for i, (a, b) in enumerate(zip(prompts[-1], system, strict=False)) if a != b)
+    assert same >= 20 and batch._shared is not None and len(batch._shared.tokens) == same
+    join(enc("an unrelated question"))
+    assert batch._shared is None
+    while len(batch):
+        batch.step()
+    for prompt, row in zip(prompts, rows, strict=True):
+        assert row.error is None
+        assert row.gen.tokens == _alone(decoder, grammar, prompt, SamplingParams(), 300).tokens
+    assert [r.gen.prefix_tokens >= len(system) for r in rows] == [True, True, False, False]
+
+
 def test_feed_width_pads_little() -> None:
     from tooldec.decoding.decoder import feed_width
 

@@ -147,7 +147,8 @@ def load_model(
     """Load a model: None (DEFAULT_MODEL) or an embedded name (see EMBEDDED_MODELS), a folder, a .gguf file,
     or a hub id. With `progress`, every stage that runs (fetch, verify, unpack, convert, load) writes one line
     on stderr and third-party bars and warnings are silenced. With `packed`, its linear layers run on weights
-    packed for oneDNN (tooldec.backends.packed_linear: the same products, about twice as fast on a CPU)."""
+    packed for oneDNN (tooldec.backends.packed_linear: the same products, about twice as fast on a CPU); packed
+    weights stay on the CPU, so load with `packed=False` a model you will move to another device."""
     transformers = _require_transformers()
     import torch
 

@@ -8,7 +8,8 @@ attention mask, so padding never shifts a row's positions.
 
 `ContinuousBatch` is the same step for rows that join and leave between steps (a server's requests): each has
 its own policy, sampling parameters and token budget, joiners are prefilled in a pass of their own and slotted
-into a cache whose rows come and go without copying the others (`SlotCache`).
+into a cache whose rows come and go without copying the others (`SlotCache`). Both keep a prompt prefix the rows
+share once for the whole batch when the model allows it (`shared_attention`).
 """
 
 from __future__ import annotations
@@ -301,6 +302,17 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def _cut(prefix: PromptPrefix, length: int) -> PromptPrefix:
+    """The first `length` positions of a kept prefix (views, no copy)."""
+    layers = tuple((k[:, :, :length], v[:, :, :length]) for k, v in prefix.layers)
+    return PromptPrefix(prefix.tokens[:length], layers)
+
+
+def _joined(head: torch.Tensor | None, tail: torch.Tensor) -> torch.Tensor:
+    """A row's kept keys (or values): the shared positions, if any, then its own."""
+    return tail if head is None else torch.cat([head, tail], dim=2)
+
+
 class SlotLayer(DynamicLayer):
     """One layer's keys and values for a batch whose rows come and go: buffers with spare rows and columns.
 
@@ -356,6 +368,16 @@ class SlotLayer(DynamicLayer):
         self._k[:rows, :, columns : columns + used] = keys
         self._v[:rows, :, columns : columns + used] = values
         self._view(rows, used + columns)
+
+    def prepend(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Insert the same positions (`keys`/`values` of batch 1) before every live row's cached ones."""
+        rows, used, extra = self.keys.shape[0], self.keys.shape[-2], keys.shape[-2]
+        own_keys, own_values = self.keys.clone(), self.values.clone()
+        self._reserve(rows, used + extra)
+        for buf, head, own in ((self._k, keys, own_keys), (self._v, values, own_values)):
+            buf[:rows, :, :extra] = head
+            buf[:rows, :, extra : extra + used] = own
+        self._view(rows, used + extra)
 
     def drop_left(self, columns: int) -> None:
         """Forget the first `columns` positions of every row (positions no live row attends to)."""
@@ -437,6 +459,12 @@ class ContinuousBatch:
     `Decoder.generate`, every row's mask is filled in one batched call, applied to the logits in place, and each
     row samples, takes its forced stretch and reports its tokens. Not thread-safe: call `add`, `remove` and
     `step` from one thread at a time (a server calls `step` in a worker thread and the others between steps).
+
+    With a model under shared-prefix attention (`Decoder.shares_prefix`), rows that join an empty batch
+    starting with a kept prompt prefix (the same system message and tools) keep its positions once for the
+    whole batch (`shared_attention`); their caches hold only their own positions. A later row joins that
+    sharing if its prompt starts with those positions; one that shares fewer makes the batch keep only what
+    all rows share, the rest copied into every live row (all of it when that is shorter than `min_prefix`).
     """
 
     def __init__(self, decoder: Decoder, *, prefixes: int = 8, min_prefix: int = 32) -> None:
@@ -451,6 +479,7 @@ class ContinuousBatch:
         self._prefixes: OrderedDict[tuple[int, ...], PromptPrefix] = OrderedDict()
         self._cache: SlotCache | None = None
         self._attention: torch.Tensor | None = None
+        self._shared: PromptPrefix | None = None  # the positions every row reads once (shared-prefix attention)
         self._bitmask = np.empty((0, (decoder.vocab.size + 31) // 32), dtype=np.int32)
 
     def __len__(self) -> int:
@@ -501,7 +530,7 @@ class ContinuousBatch:
         if self.rows:
             width = feed_width([len(r.pending) for r in self.rows])
             logits, self._attention, _ = self.decoder._forward(
-                [r.pending[:width] for r in self.rows], self._attention, self._cache
+                [r.pending[:width] for r in self.rows], self._attention, self._cache, self._shared_layers()
             )
             for row in self.rows:
                 del row.pending[:width]
@@ -589,7 +618,7 @@ class ContinuousBatch:
             self.rows[i] = self.rows[last]
             self.rows.pop()
         if not self.rows:
-            self._cache, self._attention = None, None
+            self._cache, self._attention, self._shared = None, None, None
             return
         used = attention.any(dim=0)
         first = int(used.int().argmax())
@@ -600,15 +629,19 @@ class ContinuousBatch:
         self._attention = attention
 
     def _prefill(self, rows: list[BatchRow]) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """Run joining rows' prompts (and forced tokens), each starting from its longest kept prompt prefix."""
+        """Run joining rows' prompts (and forced tokens), each starting from its longest kept prompt prefix:
+        the batch's shared positions (read, not copied), then any further kept positions copied into its cache."""
         self._share_within(rows)
         reuse = [self._longest_prefix(row.prompt) for row in rows]
-        longest = max(n for _, n in reuse)
+        self._settle_shared(rows, reuse)
+        start = len(self._shared.tokens) if self._shared is not None else 0
+        spans = [(prefix, n - start) if prefix is not None and n > start else (None, 0) for prefix, n in reuse]
+        longest = max(n for _, n in spans)
         attention: torch.Tensor | None = None
         cache = GrowingCache()
         if longest:
             attention = torch.zeros((len(rows), longest), dtype=torch.long)
-            template = next(p for p, n in reuse if n == longest)
+            template = next(p for p, n in spans if n == longest)
             assert template is not None
             layers = []
             for i, pair in enumerate(template.layers):
@@ -616,21 +649,56 @@ class ContinuousBatch:
                 for which, like in enumerate(pair):  # keys, then values
                     keys_values.append(torch.cat([
                         like.new_zeros((1, like.shape[1], longest, like.shape[-1])) if prefix is None
-                        else F.pad(prefix.layers[i][which][:, :, :n], (0, 0, longest - n, 0))
-                        for prefix, n in reuse
+                        else F.pad(prefix.layers[i][which][:, :, start : start + n], (0, 0, longest - n, 0))
+                        for prefix, n in spans
                     ]))
                 layers.append((keys_values[0], keys_values[1]))
             cache = GrowingCache(layers)
-            for j, (row, (_, n)) in enumerate(zip(rows, reuse, strict=True)):
-                row.pending = row.pending[n:]
-                row.gen.prefix_tokens = n
+            for j, (_, n) in enumerate(spans):
                 if n:
                     attention[j, longest - n :] = 1
-        logits, attention, cache = self.decoder._forward([r.pending for r in rows], attention, cache)
+        for row, (_, n) in zip(rows, spans, strict=True):
+            row.pending = row.pending[start + n :]
+            row.gen.prefix_tokens = start + n
+        logits, attention, cache = self.decoder._forward(
+            [r.pending for r in rows], attention, cache, self._shared_layers()
+        )
         for row in rows:
             row.pending = []
         self._remember(rows, attention, cache)
         return logits, attention, cache
+
+    def _settle_shared(self, rows: list[BatchRow], reuse: list[tuple[PromptPrefix | None, int]]) -> None:
+        """Choose the positions the batch shares once joining `rows` are in: into an empty batch, the kept
+        prefix the joiners reuse most, cut to what all of them share; into a sharing batch, what its rows and
+        the joiners all share (the rest copied into the live rows first)."""
+        if not self.decoder.shares_prefix:
+            return
+        if self._shared is None:
+            if self.rows:
+                return  # a batch that copies its prefixes goes on copying until it empties
+            best = max(reuse, key=lambda pair: pair[1])[0]
+            if best is None:
+                return
+            length = min(_common(row.prompt, best.tokens) for row in rows)
+            if length >= self.min_prefix:
+                self._shared = _cut(best, length)
+            return
+        length = min(_common(row.prompt, self._shared.tokens) for row in rows)
+        if length < len(self._shared.tokens):
+            self._unshare(length if length >= self.min_prefix else 0)
+
+    def _unshare(self, keep: int) -> None:
+        """Share only the first `keep` positions: copy the rest into every live row's cache, before its own."""
+        assert self._shared is not None and self._cache is not None and self._attention is not None
+        for layer, (keys, values) in zip(self._cache.slots, self._shared.layers, strict=True):
+            layer.prepend(keys[:, :, keep:], values[:, :, keep:])
+        moved = len(self._shared.tokens) - keep
+        self._attention = F.pad(self._attention, (moved, 0), value=1)
+        self._shared = _cut(self._shared, keep) if keep else None
+
+    def _shared_layers(self) -> tuple[tuple[torch.Tensor, torch.Tensor], ...] | None:
+        return self._shared.layers if self._shared is not None else None
 
     def _share_within(self, rows: list[BatchRow]) -> None:
         """Joining prompts that start alike (requests arriving together with the same system message): their
@@ -668,10 +736,15 @@ class ContinuousBatch:
             if key in self._prefixes:
                 self._prefixes.move_to_end(key)
                 continue
-            columns = attention[j].nonzero().squeeze(1)[: len(key)].to(self.decoder.device)
+            head = self._shared.layers if self._shared is not None else None
+            start = len(self._shared.tokens) if self._shared is not None else 0
+            columns = attention[j].nonzero().squeeze(1)[: len(key) - start].to(self.decoder.device)
             layers = tuple(
-                (layer.keys[j : j + 1].index_select(2, columns), layer.values[j : j + 1].index_select(2, columns))
-                for layer in cache.layers
+                (
+                    _joined(head[i][0] if head else None, layer.keys[j : j + 1].index_select(2, columns)),
+                    _joined(head[i][1] if head else None, layer.values[j : j + 1].index_select(2, columns)),
+                )
+                for i, layer in enumerate(cache.layers)
             )
             self._prefixes[key] = PromptPrefix(key, layers)
             while len(self._prefixes) > self.max_prefixes:
