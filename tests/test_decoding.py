@@ -164,6 +164,20 @@ def test_shared_prefix_cache_gives_the_same_tokens(vocab, model) -> None:  # typ
     assert [g.tokens for g in cached] == [g.tokens for g in plain]
 
 
+def test_a_prefix_built_on_another_holds_what_building_it_whole_does(vocab, model) -> None:  # type: ignore[no-untyped-def]
+    head = vocab.encode("You may call tools. Here are some examples of calls and answers.")
+    base = PromptPrefix.build(model, head + vocab.encode(" an older question"))
+    tokens = head + vocab.encode(" Question: a newer one")
+    built, whole = PromptPrefix.build(model, tokens, base=base), PromptPrefix.build(model, tokens)
+    assert built.tokens == whole.tokens and 0 < base.shared([tokens]) < len(tokens)
+    for (k1, v1), (k2, v2) in zip(built.layers, whole.layers, strict=True):
+        assert k1.shape == k2.shape
+        torch.testing.assert_close(k1, k2, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(v1, v2, rtol=1e-4, atol=1e-5)
+    unrelated = PromptPrefix.build(model, vocab.encode("zzz unrelated"), base=base)
+    assert len(unrelated.tokens) == unrelated.layers[0][0].shape[-2]
+
+
 def test_growing_cache_holds_what_concatenation_would() -> None:
     gen = torch.Generator().manual_seed(0)
     start = torch.randn(1, 2, 5, 4, generator=gen).expand(3, -1, -1, -1)

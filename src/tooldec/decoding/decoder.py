@@ -702,14 +702,16 @@ class ContinuousBatch:
 
     def _share_within(self, rows: list[BatchRow]) -> None:
         """Joining prompts that start alike (requests arriving together with the same system message): their
-        longest common start, if longer than any kept prefix, is run once and kept before they join."""
+        longest common start, if longer than any kept prefix, is run once (from the longest kept prefix it
+        extends) and kept before they join."""
         if not self.max_prefixes or len(rows) < 2:
             return
         for row in rows:
             prompt = row.prompt
             common = max(_common(prompt, other.prompt) for other in rows if other is not row)
-            if common >= self.min_prefix and common > self._longest_prefix(prompt)[1]:
-                prefix = PromptPrefix.build(self.decoder.model, prompt[:common])
+            base, known = self._longest_prefix(prompt)
+            if common >= self.min_prefix and common > known:
+                prefix = PromptPrefix.build(self.decoder.model, prompt[:common], base=base)
                 self._prefixes[prefix.tokens] = prefix
                 while len(self._prefixes) > self.max_prefixes:
                     self._prefixes.popitem(last=False)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from tooldec.decoding.kv_cache import GrowingCache, returned_cache
+from tooldec.decoding.kv_cache import GrowingCache, cache_keyword, returned_cache
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,19 @@ class PromptPrefix:
 
     @classmethod
     @torch.inference_mode()
-    def build(cls, model: Any, tokens: Sequence[int]) -> PromptPrefix:
-        """Run `model` once over `tokens` and keep its KV cache."""
+    def build(cls, model: Any, tokens: Sequence[int], *, base: PromptPrefix | None = None) -> PromptPrefix:
+        """Run `model` once over `tokens` and keep its KV cache. With `base` (a prefix of the same model), the
+        leading tokens it shares with `tokens` come from its cache and only the rest is run."""
         if not tokens:
             raise ValueError("a prompt prefix needs at least one token")
         device = next(model.parameters()).device
-        out = model(input_ids=torch.tensor([list(tokens)], device=device), use_cache=True, logits_to_keep=1)
+        reused = base.shared([tokens]) if base is not None else 0
+        extra: dict[str, Any] = {}
+        if base is not None and reused:
+            extra[cache_keyword(model)] = base.cache(1, reused)
+            extra["position_ids"] = torch.arange(reused, len(tokens), device=device)[None, :]
+        ids = torch.tensor([list(tokens[reused:])], device=device)
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **extra)
         cache = returned_cache(out)
         layers = tuple((layer.keys, layer.values) for layer in cache.layers)
         return cls(tuple(tokens), layers)
