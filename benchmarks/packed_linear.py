@@ -14,19 +14,13 @@ Not a test: figures depend on the load.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
-from rich.console import Console
 from rich.progress import track
-from rich.table import Table
-from shared_prefix import prompts, run
+from shared_prefix import prompts, report, run
 
 from tooldec.backends import load_model
 from tooldec.decoding.decoder import Decoder
@@ -80,15 +74,6 @@ def main() -> None:
             row["generated_tokens"] = sum(len(t) for t in tokens["packed"])
             results.append(row)
         del lms, decoders, prefixes
-    doc = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True
-        ).stdout.strip(),
-        "settings": vars(args),
-        "load_average_end": round(os.getloadavg()[0], 2),
-        "results": results,
-    }
     columns = [
         "model",
         "batch",
@@ -98,21 +83,8 @@ def main() -> None:
         "prefill CPU s (nn.Linear, packed)",
         "same tokens",
     ]
-    table = Table(title=f"prefix {args.prefix_tokens} tokens, {args.new_tokens} new tokens a row")
-    for col in columns:
-        table.add_column(col)
-    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items())
-    lines = [
-        (
-            f"`python benchmarks/packed_linear.py {flags}` at {doc['commit']}, {doc['date']}, "
-            f"load average at the end {doc['load_average_end']} (2 cores)."
-        ),
-        "",
-        "| " + " | ".join(columns) + " |",
-        "|---|---:|---:|---:|---:|---|---|",
-    ]
-    for r in results:
-        cells = [
+    rows = [
+        [
             r["model"],
             str(r["batch"]),
             f"{r['nn.Linear_wall_s']} ({r['nn.Linear_cpu_s']})",
@@ -121,14 +93,10 @@ def main() -> None:
             f"{r['nn.Linear_prefill_cpu_s']}, {r['packed_prefill_cpu_s']}",
             str(r["same_tokens"]),
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-        table.add_row(*cells)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (out / f"{args.stem}.md").write_text("\n".join(lines) + "\n")
-    Console().print(table)
-
+        for r in results
+    ]
+    title = f"prefix {args.prefix_tokens} tokens, {args.new_tokens} new tokens a row"
+    report("packed_linear.py", args, results, title, columns, "|---|---:|---:|---:|---:|---|---|", rows)
 
 if __name__ == "__main__":
     main()

@@ -134,44 +134,21 @@ def main() -> None:
             row["shared_prefix_kv_mb"] = round(kv_mb(prefix))
             row["generated_tokens"] = sum(len(t) for t in tokens["shared"])
             results.append(row)
-    doc = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True
-        ).stdout.strip(),
-        "settings": vars(args),
-        "load_average_end": round(os.getloadavg()[0], 2),
-        "results": results,
-    }
-    table = Table(
-        title=f"batch {args.batch}, prefix {args.prefix_tokens} tokens, {args.new_tokens} new tokens a row"
-    )
-    for col in (
+    title = f"batch {args.batch}, prefix {args.prefix_tokens} tokens, {args.new_tokens} new tokens a row"
+    columns = [
         "model",
         "path",
-        "copied s (CPU)",
-        "shared s (CPU)",
-        "copied / shared (CPU)",
+        "copied: wall s (CPU s)",
+        "shared: wall s (CPU s)",
+        "CPU ratio copied / shared",
         "wall ratio",
         "prefix KV MB (copied, shared)",
         "same tokens",
-    ):
-        table.add_column(col)
-    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items())
-    lines = [
-        (
-            f"`python benchmarks/shared_prefix.py {flags}` at {doc['commit']}, {doc['date']}, "
-            f"load average at the end {doc['load_average_end']} (2 cores)."
-        ),
-        "",
-        "| model | path | copied: wall s (CPU s) | shared: wall s (CPU s) | CPU ratio copied / shared | wall ratio | prefix KV MB (copied, shared) | same tokens |",
-        "|---|---|---:|---:|---:|---:|---|---|",
     ]
-    for r in results:
-        if "error" in r:
-            lines.append(f"| {r['model']} | | not run: {r['error']} | | | | | |")
-            continue
-        cells = [
+    rows = [
+        [r["model"], "", f"not run: {r['error']}", "", "", "", "", ""]
+        if "error" in r
+        else [
             r["model"],
             r["path"],
             f"{r['copied_wall_s']} ({r['copied_cpu_s']})",
@@ -181,14 +158,52 @@ def main() -> None:
             f"{r['copied_prefix_kv_mb']}, {r['shared_prefix_kv_mb']}",
             str(r["same_tokens"]),
         ]
-        lines.append("| " + " | ".join(cells) + " |")
-        table.add_row(r["model"], *cells[1:])
+        for r in results
+    ]
+    report("shared_prefix.py", args, results, title, columns, "|---|---|---:|---:|---:|---:|---|---|", rows)
+
+
+def report(
+    script: str,
+    args: argparse.Namespace,
+    results: list[dict[str, Any]],
+    title: str,
+    columns: list[str],
+    rule: str,
+    rows: list[list[str]],
+) -> None:
+    """Write `results` to `<out>/<stem>.json` and `rows` as a Markdown table under the command, commit, date and
+    load average to `<out>/<stem>.md`, and print the table (this script's and benchmarks/packed_linear.py's)."""
+    doc = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True, text=True
+        ).stdout.strip(),
+        "settings": vars(args),
+        "load_average_end": round(os.getloadavg()[0], 2),
+        "results": results,
+    }
+    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items())
+    lines = [
+        (
+            f"`python benchmarks/{script} {flags}` at {doc['commit']}, {doc['date']}, "
+            f"load average at the end {doc['load_average_end']} (2 cores)."
+        ),
+        "",
+        "| " + " | ".join(columns) + " |",
+        rule,
+        *("| " + " | ".join(cells) + " |" for cells in rows),
+    ]
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for cells in rows:
+        table.add_row(*cells)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.stem}.json").write_text(json.dumps(doc, indent=2) + "\n")
     (out / f"{args.stem}.md").write_text("\n".join(lines) + "\n")
     Console().print(table)
-
 
 if __name__ == "__main__":
     main()
