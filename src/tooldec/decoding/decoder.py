@@ -115,7 +115,7 @@ class Decoder:
         shared = None  # the prefix's keys and values, once for all rows (shared-prefix attention)
         cache, attention = GrowingCache(), None
         if prefix is not None and reused and self.shares_prefix:
-            shared = tuple((k[:, :, :reused], v[:, :, :reused]) for k, v in prefix.layers)
+            shared = prefix.head(reused).layers
         elif prefix is not None and reused:
             cache, attention = prefix.cache(n, reused), torch.ones((n, reused), dtype=torch.long)
         pending: list[list[int]] = [list(p[reused:]) for p in prompts]
@@ -300,17 +300,6 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
     while n < limit and a[n] == b[n]:
         n += 1
     return n
-
-
-def _cut(prefix: PromptPrefix, length: int) -> PromptPrefix:
-    """The first `length` positions of a kept prefix (views, no copy)."""
-    layers = tuple((k[:, :, :length], v[:, :, :length]) for k, v in prefix.layers)
-    return PromptPrefix(prefix.tokens[:length], layers)
-
-
-def _joined(head: torch.Tensor | None, tail: torch.Tensor) -> torch.Tensor:
-    """A row's kept keys (or values): the shared positions, if any, then its own."""
-    return tail if head is None else torch.cat([head, tail], dim=2)
 
 
 class SlotLayer(DynamicLayer):
@@ -680,11 +669,11 @@ class ContinuousBatch:
             best = max(reuse, key=lambda pair: pair[1])[0]
             if best is None:
                 return
-            length = min(_common(row.prompt, best.tokens) for row in rows)
+            length = best.shared([row.prompt for row in rows])
             if length >= self.min_prefix:
-                self._shared = _cut(best, length)
+                self._shared = best.head(length)
             return
-        length = min(_common(row.prompt, self._shared.tokens) for row in rows)
+        length = self._shared.shared([row.prompt for row in rows])
         if length < len(self._shared.tokens):
             self._unshare(length if length >= self.min_prefix else 0)
 
@@ -695,7 +684,7 @@ class ContinuousBatch:
             layer.prepend(keys[:, :, keep:], values[:, :, keep:])
         moved = len(self._shared.tokens) - keep
         self._attention = F.pad(self._attention, (moved, 0), value=1)
-        self._shared = _cut(self._shared, keep) if keep else None
+        self._shared = self._shared.head(keep) if keep else None
 
     def _shared_layers(self) -> tuple[tuple[torch.Tensor, torch.Tensor], ...] | None:
         return self._shared.layers if self._shared is not None else None
@@ -731,6 +720,8 @@ class ContinuousBatch:
         """Keep the KV cache of each long enough prompt just run (the last `max_prefixes`)."""
         if not self.max_prefixes:
             return
+        shared = self._shared.layers if self._shared is not None else None  # the rows' first positions
+        start = len(self._shared.tokens) if self._shared is not None else 0
         for j, row in enumerate(rows):
             key = tuple(row.prompt)
             if len(key) < self.min_prefix:
@@ -738,15 +729,18 @@ class ContinuousBatch:
             if key in self._prefixes:
                 self._prefixes.move_to_end(key)
                 continue
-            head = self._shared.layers if self._shared is not None else None
-            start = len(self._shared.tokens) if self._shared is not None else 0
             columns = attention[j].nonzero().squeeze(1)[: len(key) - start].to(self.decoder.device)
+            own = [
+                (layer.keys[j : j + 1].index_select(2, columns), layer.values[j : j + 1].index_select(2, columns))
+                for layer in cache.layers
+            ]
             layers = tuple(
-                (
-                    _joined(head[i][0] if head else None, layer.keys[j : j + 1].index_select(2, columns)),
-                    _joined(head[i][1] if head else None, layer.values[j : j + 1].index_select(2, columns)),
+                own
+                if shared is None
+                else (
+                    (torch.cat([sk, k], dim=2), torch.cat([sv, v], dim=2))
+                    for (sk, sv), (k, v) in zip(shared, own, strict=True)
                 )
-                for i, layer in enumerate(cache.layers)
             )
             self._prefixes[key] = PromptPrefix(key, layers)
             while len(self._prefixes) > self.max_prefixes:

@@ -54,6 +54,11 @@ class PromptPrefix:
             length = same
         return max(length, 0)
 
+    def head(self, length: int) -> PromptPrefix:
+        """The first `length` positions of this prefix (views of its keys and values, no copy)."""
+        layers = tuple((k[:, :, :length], v[:, :, :length]) for k, v in self.layers)
+        return PromptPrefix(self.tokens[:length], layers)
+
     def cache(self, batch: int, length: int) -> GrowingCache:
         """A fresh cache holding the first `length` prefix positions for each of `batch` rows."""
         return GrowingCache(
