@@ -326,6 +326,39 @@ def test_compress_tools_caches_per_model_and_doc(tiny_lm: LoadedModel) -> None:
     assert short_description(short, ToolSpec("new", "Untouched.", {"type": "object"})) == "Untouched."
 
 
+def test_compress_tools_in_batches_saves_and_resumes(tiny_lm: LoadedModel) -> None:
+    """Rewriting several documentations together writes what rewriting them one at a time writes; each batch is
+    handed to `save`, and a run stopped after its first batch goes on from the saved document, rewriting only the
+    rest."""
+    specs = [
+        ToolSpec(f"tool_{i}", f"Tool number {i} {'of many words ' * i}.",
+                 {"type": "object", "properties": {f"p{i}": {"type": "integer"}}})
+        for i in range(5)
+    ]
+    alone = compress_tools(tiny_lm, specs, "tiny", max_new_tokens=8, batch_size=1)
+    together = compress_tools(tiny_lm, specs, "tiny", max_new_tokens=8, batch_size=3)
+    assert together == alone and list(together["tools"]) == [doc_key(s) for s in specs]
+
+    class Stop(Exception):
+        pass
+
+    saved: list[dict] = []
+
+    def stop_after_first(part: dict) -> None:
+        saved.append(part)
+        raise Stop
+
+    with pytest.raises(Stop):
+        compress_tools(tiny_lm, specs, "tiny", max_new_tokens=8, batch_size=2, save=stop_after_first)
+    assert list(saved[0]["tools"]) == [doc_key(s) for s in specs[:2]]
+    rewritten: list[str] = []
+    resumed = compress_tools(tiny_lm, specs, "tiny", saved[0], max_new_tokens=8, batch_size=2,
+                             progress=rewritten.append)
+    assert rewritten == [s.name for s in specs[2:]] and resumed == alone
+    with pytest.raises(ValueError, match="batch_size"):
+        compress_tools(tiny_lm, specs, "tiny", batch_size=0)
+
+
 def test_cli_eval_writes_results_and_resumes(tiny_lm: LoadedModel, shared: Path, tmp_path: Path) -> None:
     """`tooldec eval` on a saved tiny model: results.json, table and plot; --resume keeps earlier records."""
     from typer.testing import CliRunner

@@ -58,9 +58,9 @@ modes restbench-tmdb 8
 modes restbench-spotify 8
 for s in tmdb spotify; do  # the compressed-prompt runs (ToolDec §3.2): descriptions rewritten by the same model
   short=$runs/compressed-$s-$m.json
-  flock "$locks/compress-$s-$m" tooldec compress-tools "$shared/data/restbench/${s}_oas.json" --model "$m" --out "$short"
+  flock "$locks/compress-$s-$m" tooldec compress-tools "$shared/data/restbench/${s}_oas.json" --model "$m" --threads 1 --out "$short"
   modes restbench-$s 8 --compressed "$short"
 done
 short=$runs/compressed-bfcl-multiple-$m.json  # BFCL: the category with several tools per prompt
-flock "$locks/compress-bfcl-multiple-$m" tooldec compress-tools bfcl-multiple --model "$m" --out "$short" --shared "$shared"
+flock "$locks/compress-bfcl-multiple-$m" tooldec compress-tools bfcl-multiple --model "$m" --threads 1 --out "$short" --shared "$shared"
 modes bfcl-multiple 8 --compressed "$short"

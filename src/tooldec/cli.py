@@ -368,9 +368,13 @@ def compress_tools_command(
     out: Path = typer.Option(..., "--out", help="Compressed tools JSON (also the cache)."),
     shared: Path | None = typer.Option(None, "--shared", help="Shared folder for a BFCL category (default "
                                        "$TOOLDEC_SHARED, ../shared)."),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: idle cores)."),
+    batch_size: int = typer.Option(8, "--batch-size", min=1, help="Documentations rewritten together."),
 ) -> None:
-    """Rewrite each tool's documentation into a short description (ToolDec §3.2), cached per model and doc."""
+    """Rewrite each tool's documentation into a short description (ToolDec §3.2), cached per model and doc; the
+    file is written after every batch, so an interrupted run goes on from where it stopped."""
     from tooldec.backends import load_model
+    from tooldec.backends.loader import idle_cores
     from tooldec.eval.compress import compress_tools, read_compressed, write_compressed
     from tooldec.eval.data import load_bfcl
     from tooldec.specs import from_openai_tools, load_tools_file
@@ -381,8 +385,9 @@ def compress_tools_command(
             specs = [spec for item in items for spec in from_openai_tools(item.functions)]
         else:
             specs = load_tools_file(tools_file)
-        lm = load_model(model)
-        doc = compress_tools(lm, specs, model, read_compressed(out), progress=lambda name: err.print(name))
+        lm = load_model(model, threads=threads or idle_cores())
+        doc = compress_tools(lm, specs, model, read_compressed(out), batch_size=batch_size,
+                             progress=lambda name: err.print(name), save=lambda part: write_compressed(out, part))
         write_compressed(out, doc)
     except (ToolDecError, OSError) as exc:
         _fail(str(exc))

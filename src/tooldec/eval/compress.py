@@ -70,39 +70,57 @@ def compress_tools(
     cached: dict[str, Any] | None = None,
     *,
     max_new_tokens: int = 48,
+    batch_size: int = 8,
     progress: Callable[[str], None] | None = None,
+    save: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """The compressed-tools document: per documentation (`doc_key`; tools with the same documentation once) the
-    tool's name, its cache key, short description and token counts before and after."""
+    tool's name, its cache key, short description and token counts before and after.
+
+    Documentations not in `cached` (or cached under another key) are rewritten `batch_size` at a time, greedily;
+    after each batch `save` gets the document so far (cached entries included), so an interrupted run resumes
+    from it instead of starting over."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     old = (cached or {}).get("tools", {})
-    decoder = Decoder(lm.model, lm.vocab)
     encode = lambda text: lm.tokenizer.encode(text, add_special_tokens=False)
-    tools: dict[str, Any] = {}
+    unique: dict[str, ToolSpec] = {}
     for spec in specs:
-        doc = doc_key(spec)
-        if doc in tools:
-            continue
-        key = cache_key(model, spec)
-        entry = old.get(doc)
-        if entry is None or entry.get("key") != key:
-            prompt = COMPRESS_PROMPT.format(doc=tool_doc(spec))
-            if getattr(lm.tokenizer, "chat_template", None):
-                ids = lm.encode_chat([{"role": "user", "content": prompt}])
-            else:
-                ids = encode(prompt + "\n\nShort description:")
-            ctrl = FreeController(lm.vocab, _NEVER, _no_call, max_calls=1, stop=("\n",))
-            gen = decoder.generate([ids], [ctrl], max_new_tokens=max_new_tokens)[0]
+        unique.setdefault(doc_key(spec), spec)
+    done = {doc: old[doc] for doc, spec in unique.items() if old.get(doc, {}).get("key") == cache_key(model, spec)}
+    todo = [(doc, spec) for doc, spec in unique.items() if doc not in done]
+    decoder = Decoder(lm.model, lm.vocab)
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        prompts = [_prompt_ids(lm, spec) for _, spec in batch]
+        ctrls = [FreeController(lm.vocab, _NEVER, _no_call, max_calls=1, stop=("\n",)) for _ in batch]
+        for (doc, spec), gen in zip(batch, decoder.generate(prompts, ctrls, max_new_tokens=max_new_tokens),
+                                    strict=True):
             short = clean_description(gen.text) or spec.description
-            entry = {
+            done[doc] = {
                 "name": spec.name,
-                "key": key,
+                "key": cache_key(model, spec),
                 "description": short,
                 "tokens_before": len(encode(tool_doc(spec))),
                 "tokens_after": len(encode(f"{spec.name}: {short}")),
             }
-        tools[doc] = entry
-        if progress is not None:
-            progress(spec.name)
+            if progress is not None:
+                progress(spec.name)
+        if save is not None:
+            save(_document(model, {doc: done[doc] for doc in unique if doc in done}))
+    return _document(model, {doc: done[doc] for doc in unique})
+
+
+def _prompt_ids(lm: LoadedModel, spec: ToolSpec) -> list[int]:
+    """The rewriting prompt for `spec` as token ids: the chat template's user turn, or plain text without one."""
+    prompt = COMPRESS_PROMPT.format(doc=tool_doc(spec))
+    if getattr(lm.tokenizer, "chat_template", None):
+        return lm.encode_chat([{"role": "user", "content": prompt}])
+    return lm.tokenizer.encode(prompt + "\n\nShort description:", add_special_tokens=False)
+
+
+def _document(model: str, tools: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The compressed-tools document over `tools` (documentation key -> entry), with mean token counts."""
     before = sum(t["tokens_before"] for t in tools.values())
     after = sum(t["tokens_after"] for t in tools.values())
     n = max(len(tools), 1)
