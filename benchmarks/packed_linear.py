@@ -98,5 +98,6 @@ def main() -> None:
     title = f"prefix {args.prefix_tokens} tokens, {args.new_tokens} new tokens a row"
     report("packed_linear.py", args, results, title, columns, "|---|---:|---:|---:|---:|---|---|", rows)
 
+
 if __name__ == "__main__":
     main()

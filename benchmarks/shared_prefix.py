@@ -205,5 +205,6 @@ def report(
     (out / f"{args.stem}.md").write_text("\n".join(lines) + "\n")
     Console().print(table)
 
+
 if __name__ == "__main__":
     main()

@@ -83,12 +83,13 @@ def compress_tools(
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     old = (cached or {}).get("tools", {})
-    encode = lambda text: lm.tokenizer.encode(text, add_special_tokens=False)
     unique: dict[str, ToolSpec] = {}
     for spec in specs:
         unique.setdefault(doc_key(spec), spec)
-    done = {doc: old[doc] for doc, spec in unique.items() if old.get(doc, {}).get("key") == cache_key(model, spec)}
+    keys = {doc: cache_key(model, spec) for doc, spec in unique.items()}
+    done = {doc: old[doc] for doc in unique if old.get(doc, {}).get("key") == keys[doc]}
     todo = [(doc, spec) for doc, spec in unique.items() if doc not in done]
+    in_order = lambda: {doc: done[doc] for doc in unique if doc in done}
     decoder = Decoder(lm.model, lm.vocab)
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
@@ -99,16 +100,16 @@ def compress_tools(
             short = clean_description(gen.text) or spec.description
             done[doc] = {
                 "name": spec.name,
-                "key": cache_key(model, spec),
+                "key": keys[doc],
                 "description": short,
-                "tokens_before": len(encode(tool_doc(spec))),
-                "tokens_after": len(encode(f"{spec.name}: {short}")),
+                "tokens_before": len(_encode(lm, tool_doc(spec))),
+                "tokens_after": len(_encode(lm, f"{spec.name}: {short}")),
             }
             if progress is not None:
                 progress(spec.name)
         if save is not None:
-            save(_document(model, {doc: done[doc] for doc in unique if doc in done}))
-    return _document(model, {doc: done[doc] for doc in unique})
+            save(_document(model, in_order()))
+    return _document(model, in_order())
 
 
 def _prompt_ids(lm: LoadedModel, spec: ToolSpec) -> list[int]:
@@ -116,7 +117,13 @@ def _prompt_ids(lm: LoadedModel, spec: ToolSpec) -> list[int]:
     prompt = COMPRESS_PROMPT.format(doc=tool_doc(spec))
     if getattr(lm.tokenizer, "chat_template", None):
         return lm.encode_chat([{"role": "user", "content": prompt}])
-    return lm.tokenizer.encode(prompt + "\n\nShort description:", add_special_tokens=False)
+    return _encode(lm, prompt + "\n\nShort description:")
+
+
+def _encode(lm: LoadedModel, text: str) -> list[int]:
+    """Token ids of `text` without special tokens (what a description costs in a prompt)."""
+    ids: list[int] = lm.tokenizer.encode(text, add_special_tokens=False)
+    return ids
 
 
 def _document(model: str, tools: dict[str, dict[str, Any]]) -> dict[str, Any]:
