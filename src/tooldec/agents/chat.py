@@ -178,7 +178,7 @@ class ChatAgent:
 
     def encode_prompt(self, text: str) -> list[int]:
         """Token ids of a prompt text as the rounds encode it: the template writes its own special tokens."""
-        return self.lm.encode_rendered(text)
+        return self.lm.encode(text)
 
     def _controller(self, tools: ToolSet, syntax: ChatSyntax, choice: str) -> CallController:
         grammar = self.lm.compiler.compile(tools, with_aliases(syntax.format, tools))

@@ -59,8 +59,9 @@ class LoadedModel:
         )
         return text
 
-    def encode_rendered(self, text: str) -> list[int]:
-        """Token ids of a rendered chat prompt: the template wrote its special tokens, so none are added."""
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` with no special tokens added: a rendered chat prompt (its template wrote them) or
+        a piece of prompt whose cost in tokens is counted."""
         ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False)
         return ids
 
@@ -68,7 +69,7 @@ class LoadedModel:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kwargs: Any
     ) -> list[int]:
         """Prompt token ids of `messages` rendered by the model's chat template (tools included if given)."""
-        return self.encode_rendered(self.render_chat(messages, tools, **kwargs))
+        return self.encode(self.render_chat(messages, tools, **kwargs))
 
 
 def _require_transformers() -> Any:

@@ -102,8 +102,8 @@ def compress_tools(
                 "name": spec.name,
                 "key": keys[doc],
                 "description": short,
-                "tokens_before": len(_encode(lm, tool_doc(spec))),
-                "tokens_after": len(_encode(lm, f"{spec.name}: {short}")),
+                "tokens_before": len(lm.encode(tool_doc(spec))),
+                "tokens_after": len(lm.encode(f"{spec.name}: {short}")),
             }
             if progress is not None:
                 progress(spec.name)
@@ -117,13 +117,7 @@ def _prompt_ids(lm: LoadedModel, spec: ToolSpec) -> list[int]:
     prompt = COMPRESS_PROMPT.format(doc=tool_doc(spec))
     if getattr(lm.tokenizer, "chat_template", None):
         return lm.encode_chat([{"role": "user", "content": prompt}])
-    return _encode(lm, prompt + "\n\nShort description:")
-
-
-def _encode(lm: LoadedModel, text: str) -> list[int]:
-    """Token ids of `text` without special tokens (what a description costs in a prompt)."""
-    ids: list[int] = lm.tokenizer.encode(text, add_special_tokens=False)
-    return ids
+    return lm.encode(prompt + "\n\nShort description:")
 
 
 def _document(model: str, tools: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -278,11 +278,6 @@ def _guidance(lm: LoadedModel, steps: Sequence[Any], decoding: str) -> dict[str,
     return {"guidance": summarize(steps, lm.vocab)} if decoding == "tooldec" else {}
 
 
-def _encode(lm: LoadedModel) -> Callable[[str], list[int]]:
-    """Token ids of a text without special tokens."""
-    return lambda text: lm.tokenizer.encode(text, add_special_tokens=False)
-
-
 def _record(item_id: str, decoding: str, seconds: float, **fields: Any) -> dict[str, Any]:
     """A record with the common fields; `seconds` is the item's share of its batch's wall time."""
     return {"id": item_id, "decoding": decoding, **fields, "seconds": round(seconds, 3)}
@@ -363,7 +358,7 @@ def _funcqa(benchmark: str, lm: LoadedModel, decoding: str, root: str | None) ->
     )
     checker = SyntaxChecker(tools, call_format("toolken", tools, decoding))
     tool_line = data.template.splitlines()[0]
-    per_tool = len(_encode(lm)(tool_line)) / len(tools)
+    per_tool = len(lm.encode(tool_line)) / len(tools)
 
     prefix = PromptPrefix.build(lm.model, lm.tokenizer.encode(datasets.funcqa_prompt(data.template, "")))
 
@@ -429,11 +424,11 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
     fmt = call_format("toolken", kt.tools, decoding)
     checker = SyntaxChecker(kt.tools, fmt)
     grammar = lm.compiler.compile(kt.tools, fmt) if decoding == "tooldec" else None
-    per_tool = len(_encode(lm)(", ".join(names))) / len(names)
+    per_tool = len(lm.encode(", ".join(names))) / len(names)
     decoder = Decoder(lm.model, lm.vocab)
     max_new = 48
 
-    encode = _encode(lm)
+    encode = lm.encode
     prefix = PromptPrefix.build(lm.model, encode(kamel_prompt("", names)))
 
     def run_batch(batch: Sequence[datasets.KamelItem]) -> list[dict[str, Any]]:
@@ -535,7 +530,7 @@ def _restbench(
         explain=decoding == "tooldec",
     )
     checker = react_checker(tools, decoding)
-    encode = _encode(lm)
+    encode = lm.encode
     full_text = describe_tools(tools)
     shown = compressed_block(shortened(tools, compressed)) if compressed is not None else full_text
     per_tool = len(encode(shown)) / len(tools)
@@ -670,7 +665,7 @@ def _bfcl(
     uses_tools = template_uses_tools(lm)
     compiler = lm.compiler
     decoder = Decoder(lm.model, lm.vocab)
-    encode = _encode(lm)
+    encode = lm.encode
     max_new = 256 if parallel else 160
     choice: Literal["auto", "required"] = "required" if tool_choice == "required" else "auto"
     start_tokens = Trigger(compiler.prepared, TOOL_CALL_OPEN).tokens() if tool_choice == "required" else []
