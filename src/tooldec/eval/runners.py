@@ -428,8 +428,7 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
     decoder = Decoder(lm.model, lm.vocab)
     max_new = 48
 
-    encode = lm.encode
-    prefix = PromptPrefix.build(lm.model, encode(kamel_prompt("", names)))
+    prefix = PromptPrefix.build(lm.model, lm.encode(kamel_prompt("", names)))
 
     def run_batch(batch: Sequence[datasets.KamelItem]) -> list[dict[str, Any]]:
         started = time.perf_counter()
@@ -439,7 +438,7 @@ def _kamel(lm: LoadedModel, decoding: str, root: str | None, k: int) -> Benchmar
             else FreeController(lm.vocab, TOOLKEN_CALL, fmt.parse, after_call="stop", max_calls=1, stop=("\n",))
             for _ in batch
         ]
-        prompts = [encode(kamel_prompt(item.question, names)) for item in batch]
+        prompts = [lm.encode(kamel_prompt(item.question, names)) for item in batch]
         gens = decoder.generate(prompts, controllers, max_new_tokens=max_new, prefix=prefix, explain=grammar is not None)
         seconds = _share(started, batch)
         return [_kamel_record(item, gen, seconds) for item, gen in zip(batch, gens, strict=True)]
@@ -530,11 +529,10 @@ def _restbench(
         explain=decoding == "tooldec",
     )
     checker = react_checker(tools, decoding)
-    encode = lm.encode
     full_text = describe_tools(tools)
     shown = compressed_block(shortened(tools, compressed)) if compressed is not None else full_text
-    per_tool = len(encode(shown)) / len(tools)
-    per_tool_full = len(encode(full_text)) / len(tools)
+    per_tool = len(lm.encode(shown)) / len(tools)
+    per_tool_full = len(lm.encode(full_text)) / len(tools)
 
     prefix = PromptPrefix.build(lm.model, lm.tokenizer.encode(builder("", tools)))
 
@@ -665,7 +663,6 @@ def _bfcl(
     uses_tools = template_uses_tools(lm)
     compiler = lm.compiler
     decoder = Decoder(lm.model, lm.vocab)
-    encode = lm.encode
     max_new = 256 if parallel else 160
     choice: Literal["auto", "required"] = "required" if tool_choice == "required" else "auto"
     start_tokens = Trigger(compiler.prepared, TOOL_CALL_OPEN).tokens() if tool_choice == "required" else []
@@ -716,8 +713,8 @@ def _bfcl(
             calls=calls,
             text=text,
             finish_reason=gen.finish_reason,
-            tokens_per_tool=len(encode(tool_text)) / len(specs),
-            tokens_per_tool_uncompressed=len(encode(full_text)) / len(specs),
+            tokens_per_tool=len(lm.encode(tool_text)) / len(specs),
+            tokens_per_tool_uncompressed=len(lm.encode(full_text)) / len(specs),
             generated_tokens=gen.sampled_tokens + gen.forced_tokens,
             forced_tokens=gen.forced_tokens,
             **_guidance(lm, guided_steps(gen.extra.get("guided_steps", ())), decoding),
