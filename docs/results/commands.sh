@@ -65,4 +65,4 @@ short=$runs/compressed-bfcl-multiple-$m.json  # BFCL: the category with several 
 flock "$locks/compress-bfcl-multiple-$m" tooldec compress-tools bfcl-multiple --model "$m" --threads 1 --out "$short" --shared "$shared"
 modes bfcl-multiple 8 --compressed "$short"
 # ToolDec in hermes-lines on the compressed cell too, as on the uncompressed one above (Qwen2.5-Coder only)
-[ "$m" = qwen2.5-coder-0.5b ] && ev bfcl-multiple tooldec 8 --compressed "$short" --format hermes-lines
+if [ "$m" = qwen2.5-coder-0.5b ]; then ev bfcl-multiple tooldec 8 --compressed "$short" --format hermes-lines; fi
