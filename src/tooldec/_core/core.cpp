@@ -20,6 +20,10 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <climits>
+#include <deque>
+#include <map>
+#include <tuple>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -2025,6 +2029,9 @@ void apply_bitmask_f32(uintptr_t logits_ptr, int64_t rows, int64_t vocab, int64_
   }
 }
 
+// The context-free guide (temporarily included here: it reads the Vocab above).
+#include "cfg_bindings.h"
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -2135,6 +2142,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("apply_bitmask_f32", &apply_bitmask_f32, "Set disallowed float32 logits to -inf in place.",
         py::arg("logits_ptr"), py::arg("rows"), py::arg("vocab"), py::arg("stride"), py::arg("mask_ptr"),
         py::arg("words"), py::arg("index_ptr") = 0, py::arg("n_index") = 0);
+  cfg::register_cfg(m);
   m.attr("DEAD") = DEAD;
   m.attr("FINAL") = FINAL;
 }

@@ -1,0 +1,381 @@
+// A guided sequence over a context-free grammar: the lexer state of the lexeme in progress and the Earley set
+// of the lexemes before it. Lexing is contextual and greedy: a lexeme goes on while the next byte can extend a
+// terminal the parser allows, and ends where it cannot (then the byte starts the next lexeme); a lexeme whose
+// state has no way on ends at once.
+//
+// A step's mask is the union of two parts. The tokens that stay inside the lexeme depend on the lexer state
+// only: one walk of the vocabulary trie per (termset, lexer state), kept by the grammar (the Outlines index,
+// per lexer state). The tokens that cross a lexeme boundary start at the walk's exits: each exit's lexeme goes
+// to the parser, and the rest of the token is walked from the next lexer's start, through further boundaries.
+// That part is cached per (Earley set, lexer state), shared by every guide of the grammar.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "cfg_grammar.h"
+#include "cfg_parser.h"
+
+namespace cfg {
+
+constexpr size_t CROSSING_CACHE_SIZE = 1 << 15;
+constexpr size_t AFTER_MEMO_SIZE = 1 << 16;
+constexpr int64_t PARSER_ITEMS_LIMIT = 50'000'000;  // past this, new guides start a fresh parser
+
+// The tokens that cross a lexeme boundary, per (Earley set, lexer state), bounded (cleared when full).
+class CrossingCache {
+ public:
+  std::shared_ptr<const std::vector<int32_t>> get(uint64_t key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = map_.find(key);
+    return it == map_.end() ? nullptr : it->second;
+  }
+  void put(uint64_t key, std::shared_ptr<const std::vector<int32_t>> v) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (map_.size() >= CROSSING_CACHE_SIZE) map_.clear();
+    map_.emplace(key, std::move(v));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, std::shared_ptr<const std::vector<int32_t>>> map_;
+};
+
+// A grammar over one vocabulary, with the parser (and cache) its guides share.
+class Compiled {
+ public:
+  Compiled(std::shared_ptr<Grammar> g, std::shared_ptr<Vocab> v, std::vector<int64_t> term_minlen,
+           std::vector<std::vector<int64_t>> term_dist)
+      : g_(std::move(g)), v_(std::move(v)), term_minlen_(std::move(term_minlen)), term_dist_(std::move(term_dist)) {
+    fresh();
+  }
+
+  // The parser and cache for a new guide: the current ones, or new ones once the current parser is large.
+  std::pair<std::shared_ptr<Parser>, std::shared_ptr<CrossingCache>> generation() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (parser_->num_items() > PARSER_ITEMS_LIMIT) fresh();
+    return {parser_, cache_};
+  }
+
+  // The vocabulary walk of lexer state q of termset `ts` (computed once per grammar, then shared).
+  std::shared_ptr<const LexemeWalk> lexeme_walk(int32_t ts, int32_t q) {
+    if (auto w = g_->walk(ts, q)) return w;
+    const Lexer* lx = g_->lexer(ts);
+    const Vocab& v = *v_;
+    auto w = std::make_shared<LexemeWalk>();
+    std::vector<uint32_t> bits(static_cast<size_t>(v.words()), 0);
+    std::vector<int32_t> stack(static_cast<size_t>(v.max_len_) + 1, 0);
+    stack[0] = q;
+    bool any = false;
+    const int32_t n = static_cast<int32_t>(v.node_byte_.size());
+    for (int32_t k = 0; k < n;) {
+      const int32_t d = v.node_depth_[k];
+      const int32_t p = stack[d - 1];
+      const int32_t t = lx->step(p, v.node_byte_[k]);
+      if (t == 0) {
+        if (lx->accept_class[p] != NO_CLASS) {
+          w->exit_node.push_back(k);
+          w->exit_class.push_back(lx->accept_class[p]);
+        }
+        k = v.node_end_[k];
+        continue;
+      }
+      for (int32_t j = v.tok_ptr_[k]; j < v.tok_ptr_[k + 1]; ++j) {
+        bits[v.tok_[j] >> 5] |= 1u << (v.tok_[j] & 31);
+        any = true;
+      }
+      stack[d] = t;
+      ++k;
+    }
+    if (any) w->inside = std::move(bits);
+    return g_->offer_walk(ts, q, std::move(w));
+  }
+
+  Grammar& grammar() { return *g_; }
+  const Vocab& vocab() const { return *v_; }
+  const std::vector<int64_t>& term_dist(int32_t t) const { return term_dist_[t]; }
+
+ private:
+  void fresh() {
+    parser_ = std::make_shared<Parser>(g_, term_minlen_);
+    cache_ = std::make_shared<CrossingCache>();
+  }
+
+  std::shared_ptr<Grammar> g_;
+  std::shared_ptr<Vocab> v_;
+  std::vector<int64_t> term_minlen_;
+  std::vector<std::vector<int64_t>> term_dist_;
+  std::mutex mutex_;
+  std::shared_ptr<Parser> parser_;
+  std::shared_ptr<CrossingCache> cache_;
+};
+
+// Where a sequence is: the Earley set before the lexeme in progress and the lexer state inside it.
+struct Frame {
+  int32_t set = DEAD_SET;
+  int32_t termset = -1;
+  const Lexer* lx = nullptr;
+  int32_t q = 0;
+  bool accepting = false;  // the set completes the parse (with no lexeme in progress)
+  bool alive() const { return set != DEAD_SET; }
+};
+
+class Matcher {
+ public:
+  explicit Matcher(std::shared_ptr<Compiled> c) : c_(std::move(c)) {
+    std::tie(parser_, cache_) = c_->generation();
+    reset();
+  }
+
+  void reset() {
+    const SetInfo s = parser_->initial();
+    hist_.assign(1, frame_of(s));
+    ended_.assign(1, 0);
+  }
+
+  int64_t num_tokens() const { return static_cast<int64_t>(hist_.size()) - 1; }
+  int32_t words() const { return c_->vocab().words(); }
+  bool is_terminated() const { return ended_.back() != 0; }
+  bool can_end() { return !is_terminated() && eos_allowed(hist_.back()); }
+  // Nothing but the end may follow: no byte can come next (never true while ignored text may follow).
+  bool is_finished() {
+    if (is_terminated()) return true;
+    const Frame& f = hist_.back();
+    if (f.lx->width[f.q] != 0) return false;
+    return can_end();
+  }
+
+  // Take token t: false (and nothing changes) when the grammar does not allow it here.
+  bool accept_token(int32_t t) {
+    if (is_terminated() || t < 0 || t >= c_->vocab().size()) return false;
+    for (int32_t e : c_->vocab().eos())
+      if (e == t) {
+        if (!eos_allowed(hist_.back())) return false;
+        hist_.push_back(hist_.back());
+        ended_.push_back(1);
+        return true;
+      }
+    const Vocab& v = c_->vocab();
+    const int64_t lo = v.off_[t], hi = v.off_[t + 1];
+    if (lo == hi) return false;
+    Frame f = hist_.back();
+    for (int64_t k = lo; k < hi; ++k) {
+      f = step(f, v.bytes_[k]);
+      if (!f.alive()) return false;
+    }
+    hist_.push_back(f);
+    ended_.push_back(0);
+    return true;
+  }
+
+  // Take raw bytes as one step: how many are accepted before the first that is not. Only when all are does the
+  // state move (then rollback(1) undoes them).
+  int64_t accept_bytes(const uint8_t* data, int64_t n) {
+    if (is_terminated()) return 0;
+    Frame f = hist_.back();
+    for (int64_t k = 0; k < n; ++k) {
+      const Frame nf = step(f, data[k]);
+      if (!nf.alive()) return k;
+      f = nf;
+    }
+    hist_.push_back(f);
+    ended_.push_back(0);
+    return n;
+  }
+
+  void rollback(int64_t n) {
+    if (n < 0 || n > num_tokens()) throw std::out_of_range("cannot roll back " + std::to_string(n) + " tokens");
+    hist_.resize(hist_.size() - static_cast<size_t>(n));
+    ended_.resize(hist_.size());
+  }
+
+  // The packed mask of the tokens allowed next into out[0 .. words).
+  void fill(int32_t* out) {
+    const Vocab& v = c_->vocab();
+    const int32_t W = v.words();
+    if (is_terminated()) {
+      std::memset(out, 0, sizeof(int32_t) * W);
+      return;
+    }
+    const Frame& f = hist_.back();
+    auto walk = c_->lexeme_walk(f.termset, f.q);
+    if (walk->inside.empty())
+      std::memset(out, 0, sizeof(int32_t) * W);
+    else
+      std::memcpy(out, walk->inside.data(), sizeof(int32_t) * W);
+    auto* bits = reinterpret_cast<uint32_t*>(out);
+    if (!walk->exit_node.empty()) {
+      const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(f.set)) << 32) | static_cast<uint32_t>(f.q);
+      auto crossing = cache_->get(key);
+      if (!crossing) {
+        auto fresh = std::make_shared<std::vector<int32_t>>();
+        cross(f, *walk, *fresh);
+        crossing = fresh;
+        cache_->put(key, crossing);
+      }
+      for (int32_t t : *crossing) bits[t >> 5] |= 1u << (t & 31);
+    }
+    if (eos_allowed(f))
+      for (int32_t e : v.eos()) bits[e >> 5] |= 1u << (e & 31);
+  }
+
+  // Fewest bytes from here to a complete text (0 when it may end now); UNREACHABLE never happens for a live
+  // sequence of a normalized grammar.
+  int64_t distance() {
+    if (is_terminated()) return 0;
+    return distance_of(hist_.back());
+  }
+
+  // Of the candidate tokens, those after which the text is closest to complete (EOS, where allowed, first).
+  std::vector<int32_t> steer(const int32_t* ids, int64_t n) {
+    std::vector<int32_t> best;
+    int64_t best_d = UNREACHABLE + 1;
+    const Vocab& v = c_->vocab();
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t t = ids[i];
+      if (t < 0 || t >= v.size()) continue;
+      int64_t d;
+      if (std::find(v.eos().begin(), v.eos().end(), t) != v.eos().end()) {
+        if (!eos_allowed(hist_.back())) continue;
+        d = -1;
+      } else {
+        Frame f = hist_.back();
+        const int64_t lo = v.off_[t], hi = v.off_[t + 1];
+        if (lo == hi) continue;
+        for (int64_t k = lo; k < hi && f.alive(); ++k) f = step(f, v.bytes_[k]);
+        if (!f.alive()) continue;
+        d = distance_of(f);
+      }
+      if (d < best_d) {
+        best_d = d;
+        best.clear();
+      }
+      if (d == best_d) best.push_back(t);
+    }
+    return best;
+  }
+
+ private:
+  Frame frame_of(const SetInfo& s) {
+    if (s.id == DEAD_SET) return Frame{};
+    return Frame{s.id, s.termset, c_->grammar().lexer(s.termset), 1, s.accepting};
+  }
+
+  // The frame after the lexeme of class `cls` ends in f: the parser moves (unless the lexeme is ignored) and
+  // the next lexeme starts.
+  Frame after_lexeme(const Frame& f, int32_t cls) {
+    if (cls == IGNORE_CLASS) return Frame{f.set, f.termset, f.lx, 1, f.accepting};
+    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(f.set)) << 32) | static_cast<uint32_t>(cls);
+    auto it = after_.find(key);
+    if (it != after_.end()) return it->second;
+    const Frame nf = frame_of(parser_->advance(f.set, cls));
+    if (after_.size() >= AFTER_MEMO_SIZE) after_.clear();
+    after_.emplace(key, nf);
+    return nf;
+  }
+
+  // A lexeme that cannot go on ends now.
+  Frame settle(const Frame& f) {
+    if (f.lx->width[f.q] != 0) return f;
+    return after_lexeme(f, f.lx->accept_class[f.q]);
+  }
+
+  Frame step(const Frame& f, uint8_t b) {
+    const int32_t q2 = f.lx->step(f.q, b);
+    if (q2 != 0) {
+      Frame nf = f;
+      nf.q = q2;
+      return settle(nf);
+    }
+    const int32_t cls = f.lx->accept_class[f.q];
+    if (cls == NO_CLASS) return Frame{};
+    Frame nf = after_lexeme(f, cls);
+    if (!nf.alive()) return nf;
+    const int32_t q3 = nf.lx->step(1, b);
+    if (q3 == 0) return Frame{};
+    nf.q = q3;
+    return settle(nf);
+  }
+
+  bool eos_allowed(const Frame& f) {
+    if (f.q == 1) return f.accepting;
+    const int32_t cls = f.lx->accept_class[f.q];
+    if (cls == NO_CLASS) return false;
+    if (cls == IGNORE_CLASS) return f.accepting;
+    return after_lexeme(f, cls).accepting;
+  }
+
+  // The tokens that cross a lexeme boundary from f: from each exit of its walk, the rest of the trie below
+  // the exit node, walked through lexer and parser (a stack of frames by depth, no recursion).
+  void cross(const Frame& f, const LexemeWalk& walk, std::vector<int32_t>& out) {
+    const Vocab& v = c_->vocab();
+    std::vector<Frame> stack(static_cast<size_t>(v.max_len_) + 1);
+    std::vector<std::pair<int32_t, Frame>> after;  // per lexeme class met at the exits, the frame after it
+    for (size_t i = 0; i < walk.exit_node.size(); ++i) {
+      const int32_t cls = walk.exit_class[i];
+      auto it = std::find_if(after.begin(), after.end(), [&](const auto& p) { return p.first == cls; });
+      if (it == after.end()) {
+        after.emplace_back(cls, after_lexeme(f, cls));
+        it = after.end() - 1;
+      }
+      if (!it->second.alive()) continue;
+      const int32_t k0 = walk.exit_node[i];
+      stack[v.node_depth_[k0] - 1] = it->second;
+      const int32_t end = v.node_end_[k0];
+      for (int32_t k = k0; k < end;) {
+        const int32_t d = v.node_depth_[k];
+        const Frame nf = step(stack[d - 1], v.node_byte_[k]);
+        if (!nf.alive()) {
+          k = v.node_end_[k];
+          continue;
+        }
+        for (int32_t j = v.tok_ptr_[k]; j < v.tok_ptr_[k + 1]; ++j) out.push_back(v.tok_[j]);
+        stack[d] = nf;
+        ++k;
+      }
+    }
+  }
+
+  int64_t distance_of(const Frame& f) {
+    if (f.q == 1) return parser_->distance(f.set, nullptr);
+    const std::vector<int32_t>& terms = f.lx->terminals;
+    const size_t k = terms.size();
+    const int32_t T = c_->grammar().n_terminals();
+    std::vector<int64_t> rest(static_cast<size_t>(T), UNREACHABLE);
+    int64_t ignored = UNREACHABLE;
+    bool any = false;
+    for (size_t i = 0; i < k; ++i) {
+      const int32_t s = f.lx->tuples[static_cast<size_t>(f.q) * k + i];
+      if (s == 0) continue;
+      const int64_t d = c_->term_dist(terms[i])[s];
+      if (c_->grammar().is_ignored(terms[i]))
+        ignored = std::min(ignored, d);
+      else {
+        rest[terms[i]] = d;
+        any = true;
+      }
+    }
+    int64_t best = UNREACHABLE;
+    if (any) best = parser_->distance(f.set, &rest);
+    if (ignored < UNREACHABLE) best = std::min(best, ignored + parser_->distance(f.set, nullptr));
+    return best;
+  }
+
+  std::shared_ptr<Compiled> c_;
+  std::shared_ptr<Parser> parser_;
+  std::shared_ptr<CrossingCache> cache_;
+  std::vector<Frame> hist_;
+  std::vector<uint8_t> ended_;
+  // this sequence's own memo of the parser's steps (set, lexeme class) -> frame: the shared parser's answer
+  // costs a lock and a lookup, and a mask's walk asks the same few questions at thousands of trie nodes
+  std::unordered_map<uint64_t, Frame> after_;
+};
+
+}  // namespace cfg

@@ -1,0 +1,276 @@
+// The Earley parser over lexemes, with every Earley set interned: an item's origin is the id of an earlier set
+// (or SELF, this set), so a set's content identifies the whole parse that matters for what may follow, and two
+// sequences (or one sequence twice, in a repeated structure) that reach the same set share everything cached
+// for it. Sets are immutable once made; a parse state is one set id. Scanning a lexeme is memoized per
+// (set, lexeme class). Nullable symbols follow Aycock and Horspool: predicting a nullable symbol also moves
+// the dot over it, so completions never look into the set being built.
+//
+// One Parser serves every guide of a compiled grammar and is safe across threads (one mutex). Its sets are kept
+// while it lives; the owner starts a fresh Parser for new guides once this one holds too many items.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "cfg_grammar.h"
+
+namespace cfg {
+
+constexpr int32_t SELF = -1;
+constexpr int32_t DEAD_SET = 0;
+constexpr int64_t UNREACHABLE = std::numeric_limits<int64_t>::max() / 4;
+
+struct Item {
+  int32_t pos, origin;
+};
+
+struct EarleySet {
+  std::vector<Item> items;   // sorted by (key of the symbol after the dot, pos, origin)
+  std::vector<int32_t> keys;  // the key of each item, alongside
+  int32_t termset = -1;
+  bool accepting = false;
+  std::vector<int64_t> up;  // per nonterminal: fewest bytes to finish the parse once it completes from here
+};
+
+// What a step needs to know of a set.
+struct SetInfo {
+  int32_t id = DEAD_SET;
+  int32_t termset = -1;
+  bool accepting = false;
+};
+
+class Parser {
+ public:
+  Parser(std::shared_ptr<Grammar> g, std::vector<int64_t> term_minlen)
+      : g_(std::move(g)), term_minlen_(std::move(term_minlen)) {
+    sets_.push_back(std::make_unique<EarleySet>());  // the dead set
+    nt_minlen_ = nonterminal_minlen();
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<Item> kernel{{g_->aug_start(), SELF}};
+    initial_ = close_and_intern(kernel);
+  }
+
+  SetInfo initial() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return info_locked(initial_);
+  }
+
+  // The set after scanning a lexeme of class `cls` (its terminals) in set `s`; DEAD_SET when none is expected.
+  SetInfo advance(int32_t s, int32_t cls) {
+    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(s)) << 32) | static_cast<uint32_t>(cls);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = memo_.find(key);
+      if (it != memo_.end()) return info_locked(it->second);
+    }
+    const std::vector<int32_t> terms = g_->class_terminals(cls);
+    std::lock_guard<std::mutex> lock(mutex_);
+    const EarleySet& from = *sets_.at(s);
+    std::vector<Item> kernel;
+    for (int32_t t : terms) {
+      auto [lo, hi] = std::equal_range(from.keys.begin(), from.keys.end(), t);
+      for (auto k = lo; k != hi; ++k) {
+        const Item& it = from.items[k - from.keys.begin()];
+        kernel.push_back({it.pos + 1, it.origin == SELF ? s : it.origin});
+      }
+    }
+    const int32_t id = kernel.empty() ? DEAD_SET : close_and_intern(kernel);
+    memo_.emplace(key, id);
+    return info_locked(id);
+  }
+
+  // Fewest bytes that complete a parse from set s, given that the lexeme in progress is a terminal t that
+  // needs `t_rest[t]` more bytes (UNREACHABLE for terminals not in progress); with no lexeme in progress pass
+  // nullptr: then every expected terminal's whole minimal length counts.
+  int64_t distance(int32_t s, const std::vector<int64_t>* t_rest) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const EarleySet& set = *sets_.at(s);
+    const int32_t nt = g_->n_terminals();
+    int64_t best = set.accepting && t_rest == nullptr ? 0 : UNREACHABLE;
+    for (size_t i = 0; i < set.items.size(); ++i) {
+      const Item& it = set.items[i];
+      const int32_t k = set.keys[i];
+      if (t_rest != nullptr && k >= nt) break;  // only items waiting on the lexeme's terminal move
+      if (t_rest != nullptr && (*t_rest)[k] >= UNREACHABLE) continue;
+      const int64_t first = t_rest != nullptr ? (*t_rest)[k] : 0;
+      const int32_t from = t_rest != nullptr ? it.pos + 1 : it.pos;
+      const int64_t up = up_of(it.origin == SELF ? s : it.origin, g_->pos_lhs(it.pos), set, s);
+      best = std::min(best, sat(first + rest(from) + up));
+    }
+    return best;
+  }
+
+  int64_t num_sets() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int64_t>(sets_.size());
+  }
+  int64_t num_items() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return items_;
+  }
+
+ private:
+  static int64_t sat(int64_t x) { return std::min(x, UNREACHABLE); }
+
+  SetInfo info_locked(int32_t id) const {
+    const EarleySet& s = *sets_[id];
+    return {id, s.termset, s.accepting};
+  }
+
+  // Fewest bytes of the symbols from dotted position p to the end of its rule.
+  int64_t rest(int32_t p) const {
+    int64_t n = 0;
+    for (; g_->pos_key(p) != g_->end_key(); ++p) n = sat(n + key_minlen(g_->pos_key(p)));
+    return n;
+  }
+  int64_t key_minlen(int32_t key) const {
+    const int32_t nt = g_->n_terminals();
+    return key < nt ? term_minlen_[key] : nt_minlen_[key - nt];
+  }
+
+  // U(origin, N) where `origin` may be the set being examined (`self_set`, id `self_id`).
+  int64_t up_of(int32_t origin, int32_t lhs, const EarleySet& self_set, int32_t self_id) const {
+    const EarleySet& o = origin == self_id ? self_set : *sets_[origin];
+    return o.up.empty() ? UNREACHABLE : o.up[lhs];
+  }
+
+  std::vector<int64_t> nonterminal_minlen() const {
+    const int32_t n = g_->n_nonterminals();
+    std::vector<int64_t> out(n, UNREACHABLE);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (int32_t N = 0; N < n; ++N)
+        for (int32_t r : g_->rules_of(N)) {
+          int64_t len = 0;
+          for (int32_t p = g_->rule_first(r); g_->pos_key(p) != g_->end_key(); ++p) {
+            const int32_t k = g_->pos_key(p);
+            len = sat(len + (k < g_->n_terminals() ? term_minlen_[k] : out[k - g_->n_terminals()]));
+          }
+          if (len < out[N]) {
+            out[N] = len;
+            changed = true;
+          }
+        }
+    }
+    return out;
+  }
+
+  // Earley closure of a kernel (predict, complete), then the set's summary, interned. Caller holds the mutex.
+  int32_t close_and_intern(std::vector<Item>& out) {
+    const int32_t nt = g_->n_terminals();
+    std::unordered_map<uint64_t, char> seen;
+    seen.reserve(out.size() * 4 + 16);
+    std::vector<uint8_t> predicted(g_->n_nonterminals(), 0);
+    auto pack = [](const Item& it) {
+      return (static_cast<uint64_t>(static_cast<uint32_t>(it.pos)) << 32) | static_cast<uint32_t>(it.origin);
+    };
+    std::vector<Item> kernel;
+    kernel.swap(out);
+    auto add = [&](Item it) {
+      if (seen.emplace(pack(it), 0).second) {
+        out.push_back(it);
+        if (static_cast<int64_t>(out.size()) > g_->max_items())
+          throw GrammarTooLarge("an Earley set would exceed " + std::to_string(g_->max_items()) +
+                                " items (a highly ambiguous grammar on this input)");
+      }
+    };
+    for (const Item& it : kernel) add(it);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const Item it = out[i];
+      const int32_t key = g_->pos_key(it.pos);
+      if (key == g_->end_key()) {
+        if (it.origin == SELF) continue;  // nullable: moved over at prediction
+        const EarleySet& o = *sets_[it.origin];
+        const int32_t want = nt + g_->pos_lhs(it.pos);
+        auto [lo, hi] = std::equal_range(o.keys.begin(), o.keys.end(), want);
+        for (auto k = lo; k != hi; ++k) {
+          const Item& w = o.items[k - o.keys.begin()];
+          add({w.pos + 1, w.origin == SELF ? it.origin : w.origin});
+        }
+      } else if (key >= nt) {
+        const int32_t N = key - nt;
+        if (!predicted[N]) {
+          predicted[N] = 1;
+          for (int32_t r : g_->rules_of(N)) add({g_->rule_first(r), SELF});
+        }
+        if (g_->nullable(N)) add({it.pos + 1, it.origin});
+      }
+    }
+    std::sort(out.begin(), out.end(), [&](const Item& a, const Item& b) {
+      const int32_t ka = g_->pos_key(a.pos), kb = g_->pos_key(b.pos);
+      if (ka != kb) return ka < kb;
+      if (a.pos != b.pos) return a.pos < b.pos;
+      return a.origin < b.origin;
+    });
+    uint64_t h = 1469598103934665603ULL;
+    for (const Item& it : out) h = (h ^ pack(it)) * 1099511628211ULL;
+    auto& bucket = intern_[h];
+    for (int32_t id : bucket) {
+      const auto& other = sets_[id]->items;
+      if (other.size() == out.size() &&
+          std::equal(other.begin(), other.end(), out.begin(),
+                     [](const Item& a, const Item& b) { return a.pos == b.pos && a.origin == b.origin; }))
+        return id;
+    }
+    auto set = std::make_unique<EarleySet>();
+    set->items = std::move(out);
+    set->keys.reserve(set->items.size());
+    std::vector<int32_t> expected;
+    for (const Item& it : set->items) {
+      const int32_t k = g_->pos_key(it.pos);
+      set->keys.push_back(k);
+      if (k < nt && (expected.empty() || expected.back() != k)) expected.push_back(k);
+      if (it.pos == g_->aug_start() + 1) set->accepting = true;
+    }
+    set->termset = g_->termset(expected);
+    set->up = up_table(*set);
+    const int32_t id = static_cast<int32_t>(sets_.size());
+    items_ += static_cast<int64_t>(set->items.size());
+    sets_.push_back(std::move(set));
+    bucket.push_back(id);
+    return id;
+  }
+
+  // U(S, N) for every nonterminal N of a new set S: the fewest bytes that finish the parse once N completes
+  // with origin S. Items with origin SELF make it a shortest-path problem inside S (Bellman-Ford over them);
+  // the others read their (earlier) origin's table.
+  std::vector<int64_t> up_table(const EarleySet& s) const {
+    const int32_t nt = g_->n_terminals();
+    std::vector<int64_t> up(g_->n_nonterminals(), UNREACHABLE);
+    // the augmented start's item lives in the first set only: the parse ends when it completes from there
+    if (std::any_of(s.items.begin(), s.items.end(), [&](const Item& it) { return it.pos == g_->aug_start(); }))
+      up[g_->n_nonterminals() - 1] = 0;
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < s.items.size(); ++i) {
+        const int32_t k = s.keys[i];
+        if (k < nt || k == g_->end_key()) continue;
+        const Item& it = s.items[i];
+        const int32_t lhs = g_->pos_lhs(it.pos);
+        const int64_t above = it.origin == SELF ? up[lhs] : (sets_[it.origin]->up.empty() ? UNREACHABLE : sets_[it.origin]->up[lhs]);
+        const int64_t c = sat(rest(it.pos + 1) + above);
+        if (c < up[k - nt]) {
+          up[k - nt] = c;
+          changed = true;
+        }
+      }
+    }
+    return up;
+  }
+
+  std::shared_ptr<Grammar> g_;
+  std::vector<int64_t> term_minlen_, nt_minlen_;
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<EarleySet>> sets_;
+  std::unordered_map<uint64_t, std::vector<int32_t>> intern_;
+  std::unordered_map<uint64_t, int32_t> memo_;
+  int32_t initial_ = 0;
+  int64_t items_ = 0;
+};
+
+}  // namespace cfg
