@@ -63,3 +63,17 @@ class TokenRejectedError(ToolDecError, ValueError):
         self.state = state
         shown = f" ({text!r})" if text is not None else ""
         super().__init__(f"token {token_id}{shown} is not allowed in state {state}")
+
+
+class GrammarError(ToolDecError, ValueError):
+    """A Lark or GBNF grammar that cannot be read, or that uses a construct tooldec does not enforce exactly.
+
+    `line` and `column` are 1-based positions in the grammar text, None where the place is unknown.
+    """
+
+    def __init__(self, message: str, *, line: int | None = None, column: int | None = None) -> None:
+        self.reason = message
+        self.line = line
+        self.column = column
+        where = "" if line is None else f" (line {line}" + ("" if column is None else f", column {column}") + ")"
+        super().__init__(message + where)

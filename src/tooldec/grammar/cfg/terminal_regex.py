@@ -1,0 +1,237 @@
+"""Lark terminal patterns (Python `re` syntax, whole-lexeme match) as IR over raw UTF-8 bytes.
+
+The stdlib parser gives the syntax tree; each construct maps to IR with exactly the language `re.fullmatch`
+gives it on text, encoded as UTF-8 (lone surrogates have no UTF-8 form, so they drop out). Character classes
+keep Python's Unicode meaning of `\\d`, `\\w` and `\\s`; under the `i` flag, each one-character item takes the
+characters `re` itself accepts for it. Constructs whose language is not regular or depends on the text around
+the lexeme (lookaround, backreferences, word boundaries, anchors inside the pattern) are refused, not guessed.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterable
+from functools import cache
+from re import _compiler  # type: ignore[attr-defined]
+from re import _constants as C  # type: ignore[attr-defined]
+from re import _parser  # type: ignore[attr-defined]
+
+import _sre  # type: ignore[import-not-found]
+
+from tooldec.errors import GrammarError
+from tooldec.grammar.ir import EMPTY, Alt, Bytes, Node, Repeat, Seq, alt, lit, seq
+from tooldec.grammar.regex import _python_class
+from tooldec.grammar.strings import (
+    MAX_CODEPOINT,
+    Ranges,
+    _raw_utf8_ir,
+    complement_ranges,
+    intersect_ranges,
+    normalize_ranges,
+)
+
+_FLAGS = {"i": re.IGNORECASE, "s": re.DOTALL}
+_SUPPORTED = re.IGNORECASE | re.DOTALL | re.UNICODE  # UNICODE is implied for every str pattern
+_BEGIN = (C.AT_BEGINNING, C.AT_BEGINNING_STRING)
+_END = (C.AT_END, C.AT_END_STRING)
+_CHAR_OPS = (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN)
+_REFUSED_OPS = {
+    C.GROUPREF: "a backreference",
+    C.GROUPREF_EXISTS: "a conditional group",
+    C.ASSERT: "a lookaround assertion",
+    C.ASSERT_NOT: "a lookaround assertion",
+    C.ATOMIC_GROUP: "an atomic group",
+    C.POSSESSIVE_REPEAT: "a possessive quantifier",
+}
+_CATEGORIES = {
+    C.CATEGORY_DIGIT: ("isdecimal", False), C.CATEGORY_NOT_DIGIT: ("isdecimal", True),
+    C.CATEGORY_WORD: ("isalnum", False), C.CATEGORY_NOT_WORD: ("isalnum", True),
+    C.CATEGORY_SPACE: ("isspace", False), C.CATEGORY_NOT_SPACE: ("isspace", True),
+}
+
+
+class _Refused(Exception):
+    """A construct that cannot be converted exactly; the message names it."""
+
+
+@cache
+def _category(category: object) -> Ranges:
+    """The code points of a class escape as Python's `re` reads it on str patterns (Unicode)."""
+    test, negated = _CATEGORIES[category]
+    ranges = _python_class(test)
+    if test == "isalnum":  # \w is alphanumerics plus "_"
+        ranges = normalize_ranges(ranges + ((0x5F, 0x5F),))
+    return complement_ranges(ranges) if negated else ranges
+
+
+@cache
+def _cased() -> tuple[int, ...]:
+    """Every code point that `re` may fold to or from another one under IGNORECASE (sorted)."""
+    out: set[int] = set()
+    for cp in range(MAX_CODEPOINT + 1):
+        if _sre.unicode_iscased(cp):
+            out.add(cp)
+            out.add(_sre.unicode_tolower(cp))
+    for key, others in _compiler._EXTRA_CASES.items():
+        out.add(key)
+        out.update(others)
+    return tuple(sorted(out))
+
+
+def _class_ranges(items: list[tuple[object, object]]) -> Ranges:
+    """The code points a `[...]` class matches, case-sensitively."""
+    negate = bool(items) and items[0][0] is C.NEGATE
+    ranges: list[tuple[int, int]] = []
+    for op, av in items[1:] if negate else items:
+        if op is C.LITERAL:
+            ranges.append((av, av))  # type: ignore[arg-type]
+        elif op is C.RANGE:
+            ranges.append(av)  # type: ignore[arg-type]
+        elif op is C.CATEGORY and av in _CATEGORIES:
+            ranges.extend(_category(av))
+        else:
+            raise _Refused(f"class item {op} {av}")
+    return complement_ranges(ranges) if negate else normalize_ranges(ranges)
+
+
+def _frozen(av: object) -> object:
+    """A hashable copy of a parse-tree argument (class items come as lists)."""
+    return tuple(av) if isinstance(av, list) else av
+
+
+@cache
+def _char_ranges(op: object, av: object, flags: int) -> Ranges:
+    """The code points one single-character item matches under `flags` (IGNORECASE, DOTALL)."""
+    if op is C.ANY:
+        return ((0, MAX_CODEPOINT),) if flags & re.DOTALL else complement_ranges(((0x0A, 0x0A),))
+    if op is C.LITERAL:
+        exact: Ranges = ((av, av),)  # type: ignore[assignment]
+    elif op is C.NOT_LITERAL:
+        exact = complement_ranges(((av, av),))  # type: ignore[arg-type]
+    else:
+        exact = _class_ranges(list(av))  # type: ignore[call-overload]
+    if not flags & re.IGNORECASE:
+        return exact
+    # Folding only ever relates cased code points; for those, ask `re` itself what the item accepts.
+    state = _parser.State()
+    state.flags = flags | re.UNICODE
+    item = [(op, list(av) if isinstance(av, tuple) else av)]
+    matcher = _compiler.compile(_parser.SubPattern(state, item), state.flags)
+    cased = _cased()
+    folded = [(cp, cp) for cp in cased if matcher.fullmatch(chr(cp))]
+    uncased = complement_ranges(normalize_ranges((cp, cp) for cp in cased))
+    return normalize_ranges(intersect_ranges(exact, uncased) + tuple(folded))
+
+
+class _Converter:
+    """Turns one parsed pattern into IR; `at_start`/`at_end` say whether a piece sits at the lexeme's edge."""
+
+    def sequence(self, items: list[tuple[object, object]], flags: int, at_start: bool, at_end: bool) -> Node:
+        """A concatenation; anchors at the lexeme's edges hold on every whole-lexeme match, so they drop."""
+        items = list(items)
+        while at_start and items and items[0][0] is C.AT and items[0][1] in _BEGIN:
+            items.pop(0)
+        while at_end and items and items[-1][0] is C.AT and items[-1][1] in _END:
+            items.pop()
+        last = len(items) - 1
+        return seq(*(self.item(op, av, flags, at_start and i == 0, at_end and i == last)
+                     for i, (op, av) in enumerate(items)))
+
+    def item(self, op: object, av: object, flags: int, at_start: bool, at_end: bool) -> Node:
+        """One parsed element under the flags in force there."""
+        if op in _CHAR_OPS:
+            return _raw_utf8_ir(_char_ranges(op, _frozen(av), flags & (re.IGNORECASE | re.DOTALL)))
+        if op is C.SUBPATTERN:
+            _group, add_flags, del_flags, sub = av  # type: ignore[misc]
+            if (add_flags | del_flags) & ~_SUPPORTED:
+                raise _Refused("an inline flag other than i and s")
+            return self.sequence(sub, (flags | add_flags) & ~del_flags, at_start, at_end)
+        if op is C.BRANCH:
+            return alt(*(self.sequence(b, flags, at_start, at_end) for b in av[1]))  # type: ignore[index]
+        if op in (C.MAX_REPEAT, C.MIN_REPEAT):  # lazy and greedy repeats match the same whole lexemes
+            lo, hi, sub = av  # type: ignore[misc]
+            if hi == 0:
+                return EMPTY
+            body = self.sequence(sub, flags, False, False)
+            return body if lo == hi == 1 else Repeat(body, lo, None if hi == C.MAXREPEAT else hi)
+        if op is C.AT:
+            if av in (C.AT_BOUNDARY, C.AT_NON_BOUNDARY):
+                raise _Refused("a word boundary (\\b, \\B)")
+            raise _Refused("an anchor that is not at the start or end of the pattern")
+        raise _Refused(_REFUSED_OPS.get(op, f"the construct {op}"))
+
+
+def _nullable(node: Node) -> bool:
+    """Whether `node` matches the empty string."""
+    if isinstance(node, Bytes):
+        return False
+    if isinstance(node, Seq):
+        return all(map(_nullable, node.items))
+    if isinstance(node, Alt):
+        return any(map(_nullable, node.items))
+    assert isinstance(node, Repeat)
+    return node.min == 0 or _nullable(node.item)
+
+
+def _matches_nothing(node: Node) -> bool:
+    """Whether `node`'s language is empty."""
+    if isinstance(node, Bytes):
+        return node.mask == 0
+    if isinstance(node, Seq):
+        return any(map(_matches_nothing, node.items))
+    if isinstance(node, Alt):
+        return all(map(_matches_nothing, node.items))
+    assert isinstance(node, Repeat)
+    return node.min > 0 and _matches_nothing(node.item)
+
+
+def _flag_bits(flags: Iterable[str], name: str) -> int:
+    """The `re` flags of Lark's flag letters; letters other than i and s are refused."""
+    bits = 0
+    for f in sorted(flags):
+        if f not in _FLAGS:
+            raise GrammarError(f"terminal {name}: flag {f!r} is not supported (only i and s are)")
+        bits |= _FLAGS[f]
+    return bits
+
+
+def _checked(node: Node, name: str, shown: str) -> Node:
+    """`node`, refused if it matches the empty string or nothing at all (neither can be a lexeme)."""
+    if _nullable(node):
+        raise GrammarError(f"terminal {name} ({shown}) can match the empty string")
+    if _matches_nothing(node):
+        raise GrammarError(f"terminal {name} ({shown}) matches no string (its language is empty)")
+    return node
+
+
+def regex_ir(pattern: str, flags: Iterable[str] = (), *, name: str) -> Node:
+    """The UTF-8 byte strings that `re.fullmatch(pattern, text, flags)` accepts, as IR; GrammarError if refused."""
+    bits = _flag_bits(flags, name)
+    shown = f"/{pattern}/" + "".join(sorted(flags))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = _parser.parse(pattern, bits)
+        if tree.state.flags & ~_SUPPORTED:
+            raise _Refused("an inline flag other than i and s")
+        node = _Converter().sequence(list(tree), tree.state.flags, True, True)
+    except re.error as exc:
+        raise GrammarError(f"terminal {name}: {shown} is not a valid regular expression ({exc})") from None
+    except RecursionError:
+        raise GrammarError(f"terminal {name}: {shown} nests too deeply") from None
+    except _Refused as exc:
+        raise GrammarError(f"terminal {name} ({shown}) uses {exc}, which is not supported") from None
+    return _checked(node, name, shown)
+
+
+def literal_ir(text: str, flags: Iterable[str] = (), *, name: str) -> Node:
+    """The UTF-8 bytes of a string literal (with flag i: any casing `re` would accept); GrammarError if refused."""
+    flags = tuple(flags)
+    if flags:
+        return regex_ir(re.escape(text), flags, name=name)
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise GrammarError(f"terminal {name}: the literal {text!r} holds a lone surrogate (no UTF-8 form)") from None
+    return _checked(lit(data) if data else EMPTY, name, repr(text))
