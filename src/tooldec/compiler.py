@@ -13,13 +13,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from tooldec.automaton.compile import KeyLanguage, ProductCache, compile_dfa, compile_dfas
 from tooldec.automaton.dfa import DEAD, DFA, minimize, union_dfas
 from tooldec.automaton.forced import ForcedText
+from tooldec.cfg_guide import CompiledCfg, compile_cfg
 from tooldec.errors import EmptyGrammarError
 from tooldec.grammar.calls import CallFormat, call_groups, get_format, group_call, tools_grammar
+from tooldec.grammar.cfg import load_grammar
 from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
 from tooldec.guide import Guide
 from tooldec.index import PreparedVocab, TokenIndex
@@ -43,10 +45,17 @@ class CompiledGrammar:
     def __post_init__(self) -> None:
         self.forced = ForcedText(self.dfa)
 
+    @property
+    def prepared(self) -> PreparedVocab:
+        """The prepared vocabulary the index is over."""
+        return self.index.prepared
+
     def guide(self) -> Guide:
         """A fresh guide at the start of a call."""
-        return Guide(self.index, self.parse)
+        return Guide(self.index, self.parse, self.forced)
 
+
+_C = TypeVar("_C", CompiledGrammar, CompiledCfg)
 
 CACHE_SIZE = 32
 """Compiled grammars a Compiler keeps (least recently used dropped first)."""
@@ -117,7 +126,7 @@ class Compiler:
         self.max_ref_depth = max_ref_depth
         self.cache_size = cache_size
         self.threads = threads or min(COMPILE_THREADS, _cores())
-        self._cache: OrderedDict[str, CompiledGrammar] = OrderedDict()
+        self._cache: OrderedDict[str, Any] = OrderedDict()
         self._groups: OrderedDict[str, DFA] = OrderedDict()
         self._unions: OrderedDict[frozenset[str], DFA] = OrderedDict()
         self._products = ProductCache()
@@ -142,7 +151,7 @@ class Compiler:
         h.update(json.dumps(payload, sort_keys=False, default=str).encode())
         return h.hexdigest()
 
-    def _cached(self, key: str, build: Callable[[], CompiledGrammar], use_cache: bool) -> CompiledGrammar:
+    def _cached(self, key: str, build: Callable[[], _C], use_cache: bool) -> _C:
         if use_cache:
             with self._lock:
                 got = self._cache.get(key)
@@ -268,3 +277,16 @@ class Compiler:
 
         return self._cached(key, build, use_cache)
 
+    def compile_grammar(
+        self, text: str, syntax: Literal["lark", "gbnf"] = "lark", *, use_cache: bool = True
+    ) -> CompiledCfg:
+        """A context-free grammar written in Lark (the dialect llguidance and OpenAI custom tools accept) or GBNF
+        (llama.cpp's), compiled for guidance: its terminals become byte automata, its rules go to the core's
+        Earley parser. Raises GrammarError (with line and column where the text is at fault)."""
+        key = self._key(f"grammar:{syntax}", text)
+
+        def build() -> CompiledCfg:
+            grammar = load_grammar(text, syntax)
+            return CompiledCfg(compile_cfg(grammar, self.prepared, self.threads), grammar, self.prepared)
+
+        return self._cached(key, build, use_cache)

@@ -6,21 +6,28 @@ the bytes of one token through the DFA. Rollback and fork support jump-forward a
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tooldec.automaton.dfa import DEAD
+from tooldec.automaton.forced import ForcedText, complete_utf8
 from tooldec.errors import TokenRejectedError
 from tooldec.index.token_index import FINAL, TokenIndex
+
+_RUN_ON: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], bool]] = weakref.WeakKeyDictionary()
 
 
 class Guide:
     """One sequence's position in a tool-call grammar."""
 
-    def __init__(self, index: TokenIndex, parse: Callable[[str], Any] | None = None) -> None:
+    def __init__(
+        self, index: TokenIndex, parse: Callable[[str], Any] | None = None, forced: ForcedText | None = None
+    ) -> None:
         self.index = index
+        self._forced = forced
         self._core = index.core
         self._finished = index.finished
         self._parse = parse
@@ -107,10 +114,32 @@ class Guide:
 
     def fork(self) -> Guide:
         """An independent copy at the same position."""
-        g = Guide(self.index, self._parse)
+        g = Guide(self.index, self._parse, self._forced)
         g._states = list(self._states)
         g._tokens = list(self._tokens)
         return g
+
+    def runs_on(self, token_id: int) -> bool:
+        """Whether a longer token that starts with `token_id`'s bytes is allowed now (cached per index).
+
+        Then a forced stretch stops before the token: the model writes the stretch's end merged with what
+        follows, as it would unguided (`<m` `ilitary` rather than a forced `<` it rarely saw before `military`)."""
+        cache = _RUN_ON.setdefault(self.index, {})
+        state = self._states[-1]
+        got = cache.get((state, token_id))
+        if got is None:
+            tb = self.index.vocab.token_bytes
+            head = tb[token_id] or b""
+            got = cache[(state, token_id)] = any(
+                len(b) > len(head) and b.startswith(head) for t in self.index.allowed_ids(state) if (b := tb[t])
+            )
+        return got
+
+    def forced_bytes(self) -> bytes:
+        """The bytes that must come next whatever the model says (whole UTF-8 characters only)."""
+        if self._forced is None or self.state == FINAL:
+            return b""
+        return complete_utf8(self._forced.after(self.state))
 
     def text(self) -> str:
         """The text generated so far (EOS excluded)."""

@@ -155,6 +155,19 @@ inline void register_cfg(py::module_& m) {
             return self.accept_bytes(reinterpret_cast<const uint8_t*>(s.data()), static_cast<int64_t>(s.size()));
           },
           py::arg("data"))
+      .def("accepts", &Matcher::accepts, py::call_guard<py::gil_scoped_release>(), py::arg("token"))
+      .def("runs_on", &Matcher::runs_on, py::call_guard<py::gil_scoped_release>(), py::arg("token"))
+      .def(
+          "forced_bytes",
+          [](Matcher& self, int64_t limit) {
+            std::string got;
+            {
+              py::gil_scoped_release r;
+              got = self.forced_bytes(limit);
+            }
+            return py::bytes(got);
+          },
+          py::arg("limit") = 256)
       .def("rollback", &Matcher::rollback, py::arg("n") = 1)
       .def("distance", &Matcher::distance, py::call_guard<py::gil_scoped_release>())
       .def(

@@ -16,6 +16,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -173,6 +174,77 @@ class Matcher {
     hist_.push_back(f);
     ended_.push_back(0);
     return true;
+  }
+
+  // Whether token t is allowed now (nothing changes).
+  bool accepts(int32_t t) {
+    if (is_terminated() || t < 0 || t >= c_->vocab().size()) return false;
+    const Vocab& v = c_->vocab();
+    if (std::find(v.eos().begin(), v.eos().end(), t) != v.eos().end()) return eos_allowed(hist_.back());
+    const int64_t lo = v.off_[t], hi = v.off_[t + 1];
+    if (lo == hi) return false;
+    Frame f = hist_.back();
+    for (int64_t k = lo; k < hi && f.alive(); ++k) f = step(f, v.bytes_[k]);
+    return f.alive();
+  }
+
+  // Whether some longer token that starts with token t's bytes is allowed now (then a forced stretch that ends
+  // with t is left for the model to write, merged with what follows).
+  bool runs_on(int32_t t) {
+    const Vocab& v = c_->vocab();
+    if (is_terminated() || t < 0 || t >= v.size() || v.off_[t] == v.off_[t + 1]) return false;
+    int32_t node = -1;
+    Frame f = hist_.back();
+    for (int64_t k = v.off_[t]; k < v.off_[t + 1]; ++k) {
+      const uint8_t b = v.bytes_[k];
+      int32_t child = node < 0 ? v.root_[b] : -1;
+      if (node >= 0)
+        for (int32_t c = node + 1; c < v.node_end_[node]; c = v.node_end_[c])
+          if (v.node_byte_[c] == b) {
+            child = c;
+            break;
+          }
+      if (child < 0) return false;
+      node = child;
+      f = step(f, b);
+      if (!f.alive()) return false;
+    }
+    std::vector<Frame> stack(static_cast<size_t>(v.max_len_) + 1);
+    stack[v.node_depth_[node]] = f;
+    for (int32_t k = node + 1; k < v.node_end_[node];) {
+      const Frame nf = step(stack[v.node_depth_[k] - 1], v.node_byte_[k]);
+      if (!nf.alive()) {
+        k = v.node_end_[k];
+        continue;
+      }
+      if (v.tok_ptr_[k + 1] > v.tok_ptr_[k]) return true;
+      stack[v.node_depth_[k]] = nf;
+      ++k;
+    }
+    return false;
+  }
+
+  // The bytes that must come next whatever the model says (one way on, and the text may not end yet), at most
+  // `limit`: the stretch a decoder may append without asking the model (jump-forward).
+  std::string forced_bytes(int64_t limit) {
+    std::string out;
+    if (is_terminated()) return out;
+    Frame f = hist_.back();
+    while (static_cast<int64_t>(out.size()) < limit && !eos_allowed(f)) {
+      int only = -1;
+      Frame next;
+      for (int b = 0; b < 256; ++b) {
+        const Frame nf = step(f, static_cast<uint8_t>(b));
+        if (!nf.alive()) continue;
+        if (only >= 0) return out;
+        only = b;
+        next = nf;
+      }
+      if (only < 0) return out;
+      out.push_back(static_cast<char>(only));
+      f = next;
+    }
+    return out;
   }
 
   // Take raw bytes as one step: how many are accepted before the first that is not. Only when all are does the

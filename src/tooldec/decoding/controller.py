@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 import re
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
@@ -20,7 +19,6 @@ from typing import Any, Literal, NamedTuple, Protocol
 import numpy as np
 
 from tooldec import _core
-from tooldec.automaton.forced import complete_utf8
 from tooldec.compiler import CompiledGrammar
 from tooldec.decoding.trigger import Trigger, Triggers, make_trigger
 from tooldec.errors import TokenRejectedError
@@ -92,31 +90,14 @@ def accept_in_turn(policy: _Undoable, tokens: Sequence[int]) -> list[Any]:
     return events
 
 
-_RUN_ON: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], bool]] = weakref.WeakKeyDictionary()
-
-
-def _runs_on(index: Any, state: int, token: int) -> bool:
-    """Whether a longer token that starts with `token`'s bytes is allowed in `state` (cached per index).
-
-    Then a forced stretch stops before `token`: the model writes the stretch's end merged with what follows, as
-    it would unguided (`<m` `ilitary` rather than a forced `<` it rarely saw before `military`)."""
-    cache = _RUN_ON.setdefault(index, {})
-    got = cache.get((state, token))
-    if got is None:
-        tb = index.vocab.token_bytes
-        head = tb[token] or b""
-        got = cache[(state, token)] = any(
-            len(b) > len(head) and b.startswith(head) for t in index.allowed_ids(state) if (b := tb[t])
-        )
-    return got
-
-
 def _allows(source: MaskSource, token_id: int) -> bool:
     """Whether a mask source allows `token_id`."""
     if source is None:
         return True
     if isinstance(source, tuple):
         return bool(source[0].next_state(source[1], token_id) != 0)
+    if isinstance(source, _core.CfgMatcher):
+        return bool(source.accepts(token_id))
     return 0 <= token_id < source.shape[0] * 32 and bool((int(source[token_id >> 5]) >> (token_id & 31)) & 1)
 
 
@@ -168,7 +149,7 @@ class CallController:
         if not end_in_text and (trigger is None or tool_choice == "none"):
             raise ValueError("a text that may not end needs a trigger it may write (end_in_text=False)")
         self.grammar = grammar
-        self.prepared: PreparedVocab = grammar.index.prepared
+        self.prepared: PreparedVocab = grammar.prepared
         self.vocab = self.prepared.vocab
         self.trigger: Trigger | Triggers | None = make_trigger(self.prepared, trigger)
         self.tool_choice = tool_choice
@@ -229,7 +210,7 @@ class CallController:
             held = False
             if spelled:
                 guide.rollback(1)
-                held = _runs_on(guide.index, guide.state, spelled[-1])
+                held = guide.runs_on(spelled[-1])
                 if not held:
                     guide.advance(spelled[-1])
             self._pending_trigger = spelled[:-1] if held else spelled
@@ -263,19 +244,21 @@ class CallController:
             return list(self._pending_trigger)
         if self.mode is not Mode.TOOL:
             return []
-        assert self._guide is not None
-        data = complete_utf8(self.grammar.forced.after(self._guide.state))
+        guide = self._guide
+        assert guide is not None
+        data = guide.forced_bytes()
         if not data:
             return []
         tokens = self.vocab.encode(data)
-        index = self._guide.index
-        state = self._guide.state
-        before = state
-        for token in tokens:
-            before, state = state, index.next_state(state, token)
-            if state <= 0:
+        for n, token in enumerate(tokens):  # walked on the guide itself, then undone: no copy per step
+            if not guide.accepts(token):
+                guide.rollback(n)
                 return []
-        return tokens[:-1] if _runs_on(index, before, tokens[-1]) else tokens
+            guide.advance(token)
+        guide.rollback(1)
+        held = guide.runs_on(tokens[-1])
+        guide.rollback(len(tokens) - 1)
+        return tokens[:-1] if held else tokens
 
     def accept_token(self, token_id: int) -> CallEvent | None:
         """Take the next token of the sequence; returns the call it completes, if any.
@@ -293,7 +276,7 @@ class CallController:
         if not _allows(source, token_id):
             tb = self.vocab.token_bytes
             text = tb[token_id] if 0 <= token_id < len(tb) else None
-            state = self._guide.state if self._guide is not None else -1
+            state = self._guide.state if isinstance(self._guide, Guide) else -1
             raise TokenRejectedError(token_id, state, text)
         self._history.append(
             _Snapshot(self.mode, self._tail, self._recent, guide, guide.num_tokens if guide else 0,
