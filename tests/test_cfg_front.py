@@ -317,6 +317,13 @@ def test_lark_errors_carry_line_and_column(source: str, message: str, line: int,
     assert isinstance(info.value, ToolDecError)
 
 
+def test_lark_deep_nesting_is_a_grammar_error_not_a_crash() -> None:
+    nested = "start: " + "(" * 1000 + '"a"' + ")" * 1000 + "\n"
+    with pytest.raises(GrammarError, match="nests too deeply"):
+        parse_lark(nested)
+    assert _chars_derived(parse_lark("start: " + "(" * 50 + '"a"' + ")" * 50 + "\n"), "a")
+
+
 def test_lark_missing_start_and_other_start() -> None:
     with pytest.raises(GrammarError, match="start rule 'start' is not defined"):
         parse_lark('x: "a"\n')
