@@ -50,7 +50,7 @@ def _position(text: str, offset: int) -> tuple[int, int]:
 def _definitions(text: str, name: str) -> list[int]:
     """Offsets of the lines that define rule or terminal `name` (modifiers and priority allowed)."""
     pattern = rf"^[ \t]*[?!]?{re.escape(name)}(?:\.-?\d+)?[ \t]*(?:\{{[^}}\n]*\}})?[ \t]*:"
-    return [m.start() + len(m.group()) - len(m.group().lstrip(" \t")) for m in re.finditer(pattern, text, re.M)]
+    return [m.start() + len(m.group()) - len(m.group().lstrip(" \t")) for m in re.finditer(pattern, text, re.MULTILINE)]
 
 
 def _first_use(text: str, name: str) -> int | None:
@@ -146,7 +146,7 @@ def _optional_without_placeholders(tree: Tree) -> None:
 
 def _compile(text: str, start: str) -> tuple[list[TerminalDef], list[LarkRule], list[str]]:
     """lark's terminals, BNF rules and ignored terminal names for `text`, lark's errors mapped to ours."""
-    declared = re.search(r"^[ \t]*%declare\b", text, re.M)
+    declared = re.search(r"^[ \t]*%declare\b", text, re.MULTILINE)
     if declared:
         raise _located("%declare is not supported: every terminal needs a definition (a string or a regex)",
                        text, declared.end() - len("%declare"))
@@ -158,7 +158,7 @@ def _compile(text: str, start: str) -> tuple[list[TerminalDef], list[LarkRule], 
             _optional_without_placeholders(tree)
         return grammar.compile([start], ())  # type: ignore[no-any-return]
     except _ImportRefused as exc:
-        found = re.search(r"^[ \t]*%import[ \t]+(?!common\.)", text, re.M)
+        found = re.search(r"^[ \t]*%import[ \t]+(?!common\.)", text, re.MULTILINE)
         raise _located(f"%import of {exc} is not supported: only Lark's common library (%import common.NAME)",
                        text, found.end() if found else None) from None
     except (LarkGrammarError, UnexpectedInput, VisitError) as exc:

@@ -9,15 +9,14 @@ the lexeme (lookaround, backreferences, word boundaries, anchors inside the patt
 
 from __future__ import annotations
 
+import _sre  # type: ignore[import-not-found]
 import re
 import warnings
 from collections.abc import Iterable
 from functools import cache
-from re import _compiler  # type: ignore[attr-defined]
+from re import _compiler, _parser  # type: ignore[attr-defined]
 from re import _constants as C  # type: ignore[attr-defined]
-from re import _parser  # type: ignore[attr-defined]
-
-import _sre  # type: ignore[import-not-found]
+from typing import Any
 
 from tooldec.errors import GrammarError
 from tooldec.grammar.ir import EMPTY, Alt, Bytes, Node, Repeat, Seq, alt, lit, seq
@@ -138,19 +137,19 @@ class _Converter:
         return seq(*(self.item(op, av, flags, at_start and i == 0, at_end and i == last)
                      for i, (op, av) in enumerate(items)))
 
-    def item(self, op: object, av: object, flags: int, at_start: bool, at_end: bool) -> Node:
+    def item(self, op: object, av: Any, flags: int, at_start: bool, at_end: bool) -> Node:
         """One parsed element under the flags in force there."""
         if op in _CHAR_OPS:
             return _raw_utf8_ir(_char_ranges(op, _frozen(av), flags & (re.IGNORECASE | re.DOTALL)))
         if op is C.SUBPATTERN:
-            _group, add_flags, del_flags, sub = av  # type: ignore[misc]
+            _group, add_flags, del_flags, sub = av
             if (add_flags | del_flags) & ~_SUPPORTED:
                 raise _Refused("an inline flag other than i and s")
             return self.sequence(sub, (flags | add_flags) & ~del_flags, at_start, at_end)
         if op is C.BRANCH:
-            return alt(*(self.sequence(b, flags, at_start, at_end) for b in av[1]))  # type: ignore[index]
+            return alt(*(self.sequence(b, flags, at_start, at_end) for b in av[1]))
         if op in (C.MAX_REPEAT, C.MIN_REPEAT):  # lazy and greedy repeats match the same whole lexemes
-            lo, hi, sub = av  # type: ignore[misc]
+            lo, hi, sub = av
             if hi == 0:
                 return EMPTY
             body = self.sequence(sub, flags, False, False)
