@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tooldec.cli_grammar import check_grammar
 from tooldec.errors import ToolDecError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Tool calls without syntax errors.")
@@ -27,20 +28,37 @@ def _fail(message: str) -> None:
 
 @app.command()
 def sample(
-    tools: Path = typer.Option(..., "--tools", help="OpenAI-style tools list (JSON), a BFCL entry, or OpenAPI."),
-    tokenizer: Path = typer.Option(..., "--tokenizer", help="tokenizer.json (or its folder)."),
+    tools: Path | None = typer.Option(None, "--tools", help="OpenAI-style tools list (JSON), a BFCL entry, or OpenAPI."),
+    grammar: Path | None = typer.Option(None, "--grammar", help="A grammar file (.lark or .gbnf) instead of tools."),
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="tokenizer.json (or its folder); a grammar "
+                                          "without one is walked byte by byte."),
     format: str = typer.Option("json", "--format", help="Call format: json | python | hermes | hermes-lines (pretty JSON too) | llama31 | mistral."),
-    n: int = typer.Option(1, "--n", min=1, help="Number of walks."),
+    n: int = typer.Option(1, "--n", "-n", min=1, help="Number of walks."),
     seed: int = typer.Option(0, "--seed", help="Random seed."),
     max_tokens: int = typer.Option(4096, "--max-tokens", help="Give up a walk after this many tokens."),
+    as_json: bool = typer.Option(False, "--json", help="With --grammar: one JSON string per line."),
 ) -> None:
-    """Walk the guide choosing uniformly among allowed tokens; print one JSON line per walk."""
+    """Walk the guide choosing uniformly among allowed tokens: one JSON line per call walked (--tools), or the
+    grammar's sentences (--grammar)."""
     sys.set_int_max_str_digits(0)  # uniform walks write integers of thousands of digits
+    from tooldec.cli_grammar import sample_grammar
     from tooldec.compiler import Compiler
-    from tooldec.sample import random_walk
+    from tooldec.sample import WalkTooLong, random_walk
     from tooldec.specs import load_tools_file
     from tooldec.vocab import Vocabulary
 
+    if (tools is None) == (grammar is None):
+        _fail("give exactly one of --tools and --grammar")
+    if grammar is not None:
+        try:
+            sample_grammar(grammar, tokenizer, n, seed, max_tokens, as_json)
+        except (ToolDecError, OSError, WalkTooLong) as exc:
+            _fail(str(exc))
+        return
+    assert tools is not None
+    if tokenizer is None:
+        _fail("--tools needs --tokenizer")
+    assert tokenizer is not None
     try:
         specs = load_tools_file(tools)
         vocab = Vocabulary.from_file(tokenizer)
@@ -53,6 +71,9 @@ def sample(
         call = guide.result()
         line = {"text": guide.text(), "name": call.name, "arguments": call.arguments, "tokens": len(guide.tokens)}
         print(json.dumps(line, ensure_ascii=False), flush=True)
+
+
+app.command("check-grammar")(check_grammar)
 
 
 @app.command("check-schemas")

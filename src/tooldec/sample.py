@@ -13,6 +13,7 @@ import random
 import numpy as np
 
 from tooldec.automaton.dfa import DEAD, DFA
+from tooldec.cfg_guide import CfgGuide
 from tooldec.guide import Guide
 from tooldec.index.token_index import FINAL
 
@@ -50,13 +51,16 @@ def _homeward(ids: np.ndarray, nexts: np.ndarray, dist: np.ndarray, state: int) 
 
 
 def random_walk(
-    guide: Guide, rng: random.Random, *, max_tokens: int = DEFAULT_MAX_TOKENS, steer_after: int | None = None
-) -> Guide:
+    guide: Guide | CfgGuide, rng: random.Random, *, max_tokens: int = DEFAULT_MAX_TOKENS,
+    steer_after: int | None = None,
+) -> Guide | CfgGuide:
     """Advance `guide` by uniformly random allowed tokens until EOS is taken; returns the guide.
 
     After `steer_after` tokens (None: never), choose uniformly among the tokens that lead home instead (see the
     module docstring). Raises WalkTooLong when EOS is not taken within `max_tokens` tokens.
     """
+    if isinstance(guide, CfgGuide):
+        return _grammar_walk(guide, rng, max_tokens=max_tokens, steer_after=steer_after)
     dist: np.ndarray | None = None
     for step in range(max_tokens):
         if guide.state == FINAL:
@@ -74,4 +78,21 @@ def random_walk(
         guide.advance(int(ids[rng.randrange(len(ids))]))
     if guide.state == FINAL:
         return guide
+    raise WalkTooLong(f"no EOS after {max_tokens} tokens")
+
+
+def _grammar_walk(guide: CfgGuide, rng: random.Random, *, max_tokens: int, steer_after: int | None) -> CfgGuide:
+    """`random_walk` over a context-free guide: home is measured by the guide's fewest bytes to a complete
+    sentence (the core's `steer` keeps the allowed tokens after which it is smallest, EOS first)."""
+    eos = guide.vocab.eos_ids
+    for step in range(max_tokens):
+        ids = guide.allowed_token_ids()
+        if not len(ids):
+            raise RuntimeError(f"dead end: no token allowed after {guide.num_tokens} tokens")
+        if steer_after is not None and step >= steer_after:
+            ids = guide.matcher.steer(ids.astype(np.int32))
+        token = int(ids[rng.randrange(len(ids))])
+        guide.advance(token)
+        if token in eos:
+            return guide
     raise WalkTooLong(f"no EOS after {max_tokens} tokens")
