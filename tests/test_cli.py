@@ -101,3 +101,11 @@ def test_run_chat_answers_the_same_from_the_stored_prefix(  # type: ignore[no-un
     assert (first["stored"], second["stored"]) == (False, True)
     assert plain.calls and plain.calls[0].name == "multiply"
     assert plain.text == cold.text == warm.text and plain.tokens == cold.tokens == warm.tokens
+
+
+def test_sample_refuses_an_empty_tool_list(tmp_path: Path, bytelevel_tokenizer: Tokenizer) -> None:
+    tools, tokenizer = _files(tmp_path, bytelevel_tokenizer)
+    tools.write_text("[]")
+    result = CliRunner().invoke(app, ["sample", "--tools", str(tools), "--tokenizer", str(tokenizer)])
+    assert result.exit_code == 2, result.output
+    assert "empty" in result.output

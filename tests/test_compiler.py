@@ -207,3 +207,17 @@ def test_a_group_no_call_can_satisfy_is_refused_naming_its_first_tool(bytelevel_
         with pytest.raises(EmptyGrammarError) as err:
             Compiler(bytelevel_vocab).compile(tools, fmt, use_cache=False)
         assert err.value.tool == "bad_one"
+
+
+def test_an_empty_tool_set_is_refused_not_a_crash(bytelevel_vocab) -> None:
+    import pytest
+
+    from tooldec.automaton.dfa import union_dfas
+    from tooldec.compiler import Compiler
+    from tooldec.errors import ToolSpecError
+
+    for fmt in ("json", "python", "hermes", "mistral"):
+        with pytest.raises(ToolSpecError, match="empty"):
+            Compiler(bytelevel_vocab).compile([], fmt, use_cache=False)
+    with pytest.raises(ValueError):
+        union_dfas([])

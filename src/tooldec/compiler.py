@@ -19,7 +19,7 @@ from tooldec.automaton.compile import KeyLanguage, ProductCache, compile_dfa, co
 from tooldec.automaton.dfa import DEAD, DFA, minimize, union_dfas
 from tooldec.automaton.forced import ForcedText
 from tooldec.cfg_guide import CompiledCfg, compile_cfg
-from tooldec.errors import EmptyGrammarError
+from tooldec.errors import EmptyGrammarError, ToolSpecError
 from tooldec.grammar.calls import CallFormat, call_groups, get_format, group_call, tools_grammar
 from tooldec.grammar.cfg import load_grammar
 from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
@@ -179,9 +179,12 @@ class Compiler:
 
         With `precompute`, every state gets its index entry now (Outlines-style, all up front); otherwise a
         state's entry is built on its first visit and cached, after the string regions and the opening stretch
-        built here. Raises ToolSpecError, UnsupportedSchemaError or EmptyGrammarError.
+        built here. Raises ToolSpecError (an empty tool set among others), UnsupportedSchemaError or
+        EmptyGrammarError.
         """
         toolset = tools if isinstance(tools, ToolSet) else ToolSet(list(tools))
+        if len(toolset) == 0:
+            raise ToolSpecError("the tool set is empty: a call needs at least one tool")
         fmt = get_format(format)
         specs = [t.text for t in toolset]
         key = self._key(f"tools:{fmt!r}:{precompute}", specs)

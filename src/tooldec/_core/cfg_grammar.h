@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-namespace cfg {
+namespace tooldec::cfg {
 
 // A grammar the engine cannot guide within its bounds (too many lexer states, Earley items, ...).
 struct GrammarTooLarge : std::runtime_error {
@@ -285,4 +285,4 @@ class Grammar {
   std::unordered_map<uint64_t, std::shared_ptr<const LexemeWalk>> walks_;
 };
 
-}  // namespace cfg
+}  // namespace tooldec::cfg

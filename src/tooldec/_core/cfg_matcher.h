@@ -23,8 +23,9 @@
 
 #include "cfg_grammar.h"
 #include "cfg_parser.h"
+#include "vocab.h"
 
-namespace cfg {
+namespace tooldec::cfg {
 
 constexpr size_t CROSSING_CACHE_SIZE = 1 << 15;
 constexpr size_t AFTER_MEMO_SIZE = 1 << 16;
@@ -450,4 +451,4 @@ class Matcher {
   std::unordered_map<uint64_t, Frame> after_;
 };
 
-}  // namespace cfg
+}  // namespace tooldec::cfg

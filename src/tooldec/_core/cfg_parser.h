@@ -19,7 +19,7 @@
 
 #include "cfg_grammar.h"
 
-namespace cfg {
+namespace tooldec::cfg {
 
 constexpr int32_t SELF = -1;
 constexpr int32_t DEAD_SET = 0;
@@ -273,4 +273,4 @@ class Parser {
   int64_t items_ = 0;
 };
 
-}  // namespace cfg
+}  // namespace tooldec::cfg

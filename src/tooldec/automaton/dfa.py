@@ -63,7 +63,10 @@ def from_core(arrays: tuple[np.ndarray, np.ndarray, np.ndarray, int]) -> DFA:
 
 
 def union_dfas(dfas: list[DFA]) -> DFA:
-    """The DFA of strings any of `dfas` accepts (in the compiled core; one automaton is returned as it is)."""
+    """The DFA of strings any of `dfas` accepts (in the compiled core; one automaton is returned as it is).
+    Raises ValueError for no automata."""
+    if not dfas:
+        raise ValueError("the union of no automata")
     if len(dfas) == 1:
         return dfas[0]
     parts = [(np.ascontiguousarray(d.trans, dtype=np.int32), d.classes, d.accepting, d.start) for d in dfas]

@@ -1,0 +1,52 @@
+// DFAs as the core builds and reads them: a table of targets per byte class, state 0 dead, plus the
+// constructions that make them (subset.cc, product.cc, union.cc, minimize.cc; thompson.h makes NFAs).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common.h"
+
+namespace tooldec {
+
+// A DFA the core built: n states x nc classes of targets, classes[b] the class of byte b.
+struct Dfa {
+  std::vector<int32_t> trans;  // n * nc
+  std::vector<uint8_t> classes;
+  std::vector<uint8_t> accepting;
+  int32_t n = 0, nc = 0, start = 0;
+};
+
+// A DFA held by Python (arrays the bindings checked: every target and class in range, start < n, n >= 1), read
+// in place; the arrays outlive the call that reads them.
+struct DfaView {
+  const int32_t* trans;
+  const uint8_t* classes;
+  const bool* accepting;
+  int32_t start, n, nc;
+};
+
+// A DFA from rows given as a table of targets per class (-1: none), `cls[b]` the class of byte b: prunes the
+// states that cannot reach acceptance, renumbers (dead 0, start 1), and merges the classes into the coarsest
+// byte classes the kept rows need (bytes share one when every kept row sends them to the same kept state).
+Dfa finish_table(const std::vector<int32_t>& table, int32_t nc, const std::vector<int32_t>& cls,
+                 const std::vector<uint8_t>& accepting);
+
+// The DFA as Python's (trans int32[n, nc], classes uint8[256], accepting bool[n], start).
+py::tuple to_python(const Dfa& d);
+
+// Subset construction of an NFA given as CSR arrays: n states, byte edges ep/em/et (mask id, target), epsilon
+// edges xp/xt; throws SchemaTooLarge past max_states.
+Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, const std::vector<Mask>& mask_list,
+           const int64_t* xp, const int32_t* xt, int32_t start, int32_t accept, int64_t max_states);
+
+// Intersection of two DFAs, or the difference a \ b, pruned; throws SchemaTooLarge past max_states.
+Dfa product(const DfaView& a, const DfaView& b, bool difference, int64_t max_states);
+
+// Union of one or more DFAs, the first keeping its state numbers; throws SchemaTooLarge past max_states.
+Dfa union_dfas(const std::vector<DfaView>& ds, int64_t max_states);
+
+// The minimal DFA of a pruned one (Hopcroft): dead state 0, start 1, breadth-first order.
+Dfa minimize(const DfaView& dfa);
+
+}  // namespace tooldec
