@@ -52,7 +52,9 @@ struct Lexer {
 // The vocabulary walk of one lexer state: tokens that stay inside the lexeme (packed), and the exits.
 struct LexemeWalk {
   std::vector<uint32_t> inside;  // W words, or empty when no token stays inside
-  std::vector<int32_t> exit_node, exit_class;  // trie node whose byte starts the next lexeme, and the class ended
+  // trie nodes whose byte starts the next lexeme, and the class of the lexeme ended there, sorted by (class,
+  // node's byte, node)
+  std::vector<int32_t> exit_node, exit_class;
 };
 
 class Grammar {

@@ -97,6 +97,23 @@ class Compiled {
       ++k;
     }
     if (any) w->inside = std::move(bits);
+    // exits grouped by (class, first byte of the next lexeme) for cross()
+    std::vector<size_t> order(w->exit_node.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const int32_t ca = w->exit_class[a], cb = w->exit_class[b];
+      if (ca != cb) return ca < cb;
+      const uint8_t ba = v.node_byte_[w->exit_node[a]], bb = v.node_byte_[w->exit_node[b]];
+      if (ba != bb) return ba < bb;
+      return w->exit_node[a] < w->exit_node[b];
+    });
+    std::vector<int32_t> nodes(order.size()), classes(order.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      nodes[i] = w->exit_node[order[i]];
+      classes[i] = w->exit_class[order[i]];
+    }
+    w->exit_node = std::move(nodes);
+    w->exit_class = std::move(classes);
     return g_->offer_walk(ts, q, std::move(w));
   }
 
@@ -390,19 +407,33 @@ class Matcher {
   void cross(const Frame& f, const LexemeWalk& walk, std::vector<int32_t>& out) {
     const Vocab& v = c_->vocab();
     std::vector<Frame> stack(static_cast<size_t>(v.max_len_) + 1);
-    std::vector<std::pair<int32_t, Frame>> after;  // per lexeme class met at the exits, the frame after it
+    // The exits come grouped by (lexeme class, byte that starts the next lexeme): a group shares the parser's
+    // step and the next lexer's first byte, so a group whose byte the next lexer refuses costs one check.
+    Frame after, first;
+    int32_t cls = NO_CLASS - 1, byte = -1;
     for (size_t i = 0; i < walk.exit_node.size(); ++i) {
-      const int32_t cls = walk.exit_class[i];
-      auto it = std::find_if(after.begin(), after.end(), [&](const auto& p) { return p.first == cls; });
-      if (it == after.end()) {
-        after.emplace_back(cls, after_lexeme(f, cls));
-        it = after.end() - 1;
-      }
-      if (!it->second.alive()) continue;
       const int32_t k0 = walk.exit_node[i];
-      stack[v.node_depth_[k0] - 1] = it->second;
+      if (walk.exit_class[i] != cls) {
+        cls = walk.exit_class[i];
+        after = after_lexeme(f, cls);
+        byte = -1;
+      }
+      if (!after.alive()) continue;
+      if (v.node_byte_[k0] != byte) {
+        byte = v.node_byte_[k0];
+        first = Frame{};
+        const int32_t q = after.lx->step(1, static_cast<uint8_t>(byte));
+        if (q != 0) {
+          first = after;
+          first.q = q;
+          first = settle(first);
+        }
+      }
+      if (!first.alive()) continue;
+      for (int32_t j = v.tok_ptr_[k0]; j < v.tok_ptr_[k0 + 1]; ++j) out.push_back(v.tok_[j]);
+      stack[v.node_depth_[k0]] = first;
       const int32_t end = v.node_end_[k0];
-      for (int32_t k = k0; k < end;) {
+      for (int32_t k = k0 + 1; k < end;) {
         const int32_t d = v.node_depth_[k];
         const Frame nf = step(stack[d - 1], v.node_byte_[k]);
         if (!nf.alive()) {
