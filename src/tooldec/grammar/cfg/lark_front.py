@@ -1,196 +1,359 @@
 """Lark grammar text to a ContextFreeGrammar, in the dialect llguidance and OpenAI custom tools accept.
 
-The `lark` package reads the grammar and expands its EBNF (optionals, repeats, groups, `~` ranges, templates,
-`%import common.*`); this module maps its terminals to byte-level IR (string literals to their UTF-8 bytes,
-regexes through `terminal_regex`) and its rules to plain BNF. Rule modifiers (`?rule`, `_rule`, `!rule`) and
-rule priorities only shape lark's trees, so they are accepted and have no effect on the language.
+`lark_reader` reads the text; this module resolves it the way Lark's own grammar loader does, so the result
+is the one the `lark` package would build: `%import common.X` from the common.lark file Lark installs, terminals
+joined into single patterns (`lark_terms`), anonymous terminals named as Lark names them, templates instantiated,
+and EBNF (?, *, +, [..], groups, ~ repeats) expanded into helper rules with Lark's names. Terminals become
+byte-level IR through `terminal_regex`. Rule modifiers (`?rule`, `_rule`, `!rule`), aliases and rule priorities
+only shape Lark's trees, so they are accepted and have no effect on the language.
 """
 
 from __future__ import annotations
 
-import re
-
-from lark.exceptions import GrammarError as LarkGrammarError
-from lark.exceptions import LarkError, UnexpectedInput, VisitError
-from lark.grammar import NonTerminal, Symbol
-from lark.grammar import Rule as LarkRule
-from lark.lexer import PatternStr, TerminalDef, Token
-from lark.load_grammar import GrammarBuilder, PackageResource, stdlib_loader
-from lark.tree import Tree
+import importlib.util
+import os
+from functools import cache
 
 from tooldec.errors import GrammarError
+from tooldec.grammar.cfg.lark_reader import Definition, Ignore, Import, LarkSyntax, Node, error_at, read_lark
+from tooldec.grammar.cfg.lark_terms import AnonymousTerminals, Pattern, term_pattern
 from tooldec.grammar.cfg.model import ContextFreeGrammar, Rule, Terminal, nonterminal_symbol
 from tooldec.grammar.cfg.normalize import normalize
 from tooldec.grammar.cfg.terminal_regex import literal_ir, regex_ir
 
-_IMPORTABLE = ("common.lark",)
-"""Lark's own grammar library files a grammar may import from; nothing is ever read from the file system."""
+_TREES = frozenset(("alts", "seq", "expr", "alias", "tmpl", "P"))
+_REPEAT_SPLIT = 50  # `x ~ n..m` with m at least this is split into helper rules, as Lark splits it
+_FACTOR_MAX = 5
 
-_AT_LINE = re.compile(r",? at line (\d+),? column (\d+)(?: in [^:\n]*)?:?")
-_QUOTED = re.compile(r"""['"]([A-Za-z_][A-Za-z0-9_]*)['"]""")
-
-
-class _ImportRefused(Exception):
-    """An `%import` of something other than Lark's `common` library."""
+Alternative = tuple[tuple[Node, ...], "str | None"]
 
 
-def _import_loader(base_path: object, grammar_path: str) -> tuple[object, str]:
-    """Serve `%import common.X` from lark's package; refuse relative and file imports (no file is opened)."""
-    if grammar_path in _IMPORTABLE and (base_path is None or isinstance(base_path, PackageResource)):
-        return stdlib_loader(base_path, grammar_path)  # type: ignore[no-any-return]
-    raise _ImportRefused(grammar_path)
+@cache
+def _common() -> dict[str, Definition]:
+    """The definitions of the common.lark file installed with the `lark` package (read once)."""
+    spec = importlib.util.find_spec("lark")
+    if spec is None or not spec.submodule_search_locations:
+        raise GrammarError("%import common needs the lark package, which holds common.lark")
+    path = os.path.join(next(iter(spec.submodule_search_locations)), "grammars", "common.lark")
+    with open(path, encoding="utf-8") as f:
+        statements = read_lark(f.read()).statements
+    return {d.name: d for d in statements if isinstance(d, Definition)}
 
 
-def _position(text: str, offset: int) -> tuple[int, int]:
-    """1-based (line, column) of a character offset in `text`."""
-    line = text.count("\n", 0, offset) + 1
-    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+def _bottom_up(tree: Node) -> list[Node]:
+    """The tree nodes of `tree` in the order Lark's in-place transformers visit them (deepest level first)."""
+    order, i = [tree], 0
+    while i < len(order):
+        node = order[i]
+        i += 1
+        order.extend(c for c in reversed(node[1:]) if type(c) is tuple and c[0] in _TREES)
+    order.reverse()
+    return order
 
 
-def _definitions(text: str, name: str) -> list[int]:
-    """Offsets of the lines that define rule or terminal `name` (modifiers and priority allowed)."""
-    pattern = rf"^[ \t]*[?!]?{re.escape(name)}(?:\.-?\d+)?[ \t]*(?:\{{[^}}\n]*\}})?[ \t]*:"
-    return [m.start() + len(m.group()) - len(m.group().lstrip(" \t")) for m in re.finditer(pattern, text, re.MULTILINE)]
+def _substitute(tree: Node, args: dict[str, Node]) -> Node:
+    """A template body with its parameters replaced by the symbols given for them."""
+    done: dict[int, Node] = {}
+    for node in _bottom_up(tree):
+        kids = tuple(done.get(id(c), args.get(c[1], c) if type(c) is tuple and c[0] == "N" else c)
+                     for c in node[1:])
+        if node[0] == "tmpl" and node[1] in args:
+            kids = (args[node[1]][1], *kids[1:])
+        done[id(node)] = (node[0], *kids)
+    return done[id(tree)]
 
 
-def _first_use(text: str, name: str) -> int | None:
-    """Offset of the first occurrence of the symbol `name`, outside literals, regexes and comments."""
-    word = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"' or (c == "/" and not text.startswith("//", i)):
-            j = i + 1
-            while j < n and text[j] != c and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            i = j + 1
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif (m := word.match(text, i)) is not None:
-            if m.group() == name:
-                return i
-            i = m.end()
+def _small_factors(n: int) -> list[tuple[int, int]]:
+    """Pairs (a, b), each a + b <= 5, such that folding x -> x * a + b from 1 gives n (Lark's repeat split)."""
+    steps: list[tuple[int, int]] = []
+    while n > _FACTOR_MAX:
+        a = next(a for a in range(_FACTOR_MAX, 1, -1) if a + n % a <= _FACTOR_MAX)
+        steps.append((a, n % a))
+        n //= a
+    steps.append((n, 0))
+    return steps[::-1]
+
+
+def _alternatives(tree: Node) -> list[Alternative]:
+    """A rule body's alternatives as symbol sequences (with their alias), in Lark's order, duplicates dropped."""
+    done: dict[int, list[Alternative]] = {}
+
+    def of(child: Node) -> list[Alternative]:
+        return done[id(child)] if child[0] in _TREES else [((child,), None)]
+
+    for node in _bottom_up(tree):
+        if node[0] == "seq":
+            acc: list[tuple[Node, ...]] = [()]
+            for child in node[1:]:
+                acc = [a + s for a in acc for s, _alias in of(child)]
+            done[id(node)] = [(s, None) for s in acc]
+        elif node[0] == "alias":
+            done[id(node)] = [(s, node[2]) for s, _alias in done[id(node[1])]]
         else:
+            done[id(node)] = list(dict.fromkeys(alt for child in node[1:] for alt in of(child)))
+    return done[id(tree)]
+
+
+class _Builder:
+    """One grammar's definitions, resolved into terminals and BNF rules as Lark resolves them."""
+
+    def __init__(self, text: str, syntax: LarkSyntax) -> None:
+        self.text = text
+        self.syntax = syntax
+        self.defs: dict[str, Definition] = {}  # local name -> definition, in Lark's order
+        self.imported: set[str] = set()  # local names whose definition comes from common.lark
+        self.ignore: list[str] = []
+        self.patterns: dict[tuple[bool, str], Pattern | None] = {}  # (from common, name) -> pattern; None: busy
+        self.offsets: dict[str, int | None] = {}  # terminal name -> where an error about it points
+        self.cache: dict[object, Node] = {}  # EBNF helper rules by what they repeat
+        self.helpers: list[tuple[str, Node]] = []
+        self.count = 0
+        self.prefix = ""
+
+    def fail(self, offset: int | None, message: str) -> GrammarError:
+        """A GrammarError at `offset` (none when None)."""
+        return GrammarError(message) if offset is None else error_at(self.text, offset, message)
+
+    def define(self, name: str, definition: Definition, offset: int) -> None:
+        """Add a definition; GrammarError if the name is taken or reserved."""
+        kind = "Terminal" if definition.is_term else "Rule"
+        if name in self.defs:
+            raise self.fail(offset, f"invalid Lark grammar: {kind} '{name}' defined more than once")
+        if name.startswith("__"):
+            raise self.fail(offset, f"invalid Lark grammar: Names starting with double-underscore are reserved "
+                                    f"(Error at {name})")
+        if definition.inlined_expand1:
+            raise self.fail(offset, "invalid Lark grammar: Inlined rules (_rule) cannot use the ?rule modifier.")
+        self.defs[name] = definition
+        self.offsets[name] = offset
+
+    def load(self) -> None:
+        """Imports first (in common.lark's order), then definitions and ignores in the order written."""
+        imports: dict[tuple[str, ...], tuple[int, dict[str, str]]] = {}
+        for st in self.syntax.statements:
+            if isinstance(st, Import):
+                if st.relative or st.path != ("common",):
+                    raise self.fail(st.offset, f"%import of {os.path.join(*st.path)}.lark is not supported: only "
+                                               "Lark's common library (%import common.NAME)")
+                imports.setdefault(st.path, (st.offset, {}))[1].update(st.aliases)
+        for offset, aliases in imports.values():
+            for name, definition in _common().items():
+                if name in aliases:
+                    self.define(aliases[name], definition, offset)
+                    self.imported.add(aliases[name])
+        for st in self.syntax.statements:
+            if isinstance(st, Definition):
+                self.define(st.name, st, st.offset)
+            elif isinstance(st, Ignore):
+                if st.tree[0] == "alts" and len(st.tree) == 2 and len(st.tree[1]) == 2 and st.tree[1][1][0] == "T":
+                    self.ignore.append(st.tree[1][1][1])
+                else:
+                    name = f"__IGNORE_{len(self.ignore)}"
+                    self.ignore.append(name)
+                    self.defs[name] = Definition(name, True, st.tree, st.offset)
+                    self.offsets[name] = st.offset
+
+    def validate(self) -> None:
+        """Every symbol and template used is defined (templates with the right number of arguments)."""
+        uses = self.syntax.uses
+        for name, d in self.defs.items():
+            if name in self.imported:
+                continue
+            for p in d.params:
+                if p in self.defs:
+                    raise self.fail(d.offset, f"invalid Lark grammar: Template Parameter conflicts with rule {p} "
+                                              f"(in template {name})")
+            stack = [d.tree]
+            while stack:
+                node = stack.pop()
+                if node[0] in ("T", "N") and node[1] not in self.defs and node[1] not in d.params:
+                    kind = "Terminal" if node[0] == "T" else "Rule"
+                    raise self.fail(uses.get(node[1]), f"invalid Lark grammar: {kind} '{node[1]}' used but not "
+                                                       f"defined (in {'terminal' if d.is_term else 'rule'} {name})")
+                if node[0] == "tmpl" and node[1] not in d.params:
+                    template = self.defs.get(node[1])
+                    if template is None or len(template.params) != len(node) - 2:
+                        raise self.fail(uses.get(node[1]), f"invalid Lark grammar: template '{node[1]}' is not "
+                                                           f"defined with {len(node) - 2} parameters")
+                if node[0] in _TREES and node[0] != "P":
+                    stack.extend(c for c in reversed(node[1:]) if type(c) is tuple)
+        missing = [n for n in self.ignore if n not in self.defs]
+        if missing:
+            raise GrammarError(f"invalid Lark grammar: Terminals {missing} were marked to ignore but were not defined")
+
+    def pattern(self, common: bool, name: str) -> Pattern:
+        """The pattern of terminal `name` (of common.lark, or of this grammar), references inlined."""
+        key = (common, name)
+        if key in self.patterns:
+            found = self.patterns[key]
+            if found is None:
+                raise self.fail(self.offsets.get(name), f"invalid Lark grammar: Recursion in terminal '{name}' "
+                                                        "(recursion is only allowed in rules, not terminals)")
+            return found
+        if common:
+            definition = _common().get(name)
+        else:
+            definition = self.defs.get(name)
+            common = name in self.imported
+        if definition is None or not definition.is_term:
+            raise self.fail(self.syntax.uses.get(name), f"invalid Lark grammar: Terminal used but not defined: {name}")
+        self.patterns[key] = None
+        try:
+            found = term_pattern(name, definition.tree, lambda ref: self.pattern(common, ref))
+        except GrammarError as exc:
+            if exc.line is not None:
+                raise
+            raise self.fail(self.offsets.get(name), exc.reason) from None
+        self.patterns[key] = found
+        return found
+
+    def helper(self, kind: str, key: object, body: Node) -> Node:
+        """The helper rule for `key` (made with `body` on first use), named after the rule being expanded."""
+        found = self.cache.get(key)
+        if found is None:
+            name = f"__{self.prefix}_{kind}_{self.count}"
+            self.count += 1
+            found = self.cache[key] = ("N", name)
+            self.helpers.append((name, body if kind not in ("plus", "star") else
+                                 ("alts", ("seq", body), ("seq", found, body))))
+        return found
+
+    def repeat(self, a: int, b: int, target: Node, atom: Node) -> Node:
+        """A helper rule matching `target` a times, then `atom` b times."""
+        return self.helper(f"repeat_a{a}_b{b}", (a, b, target, atom), ("alts", ("seq", *[target] * a, *[atom] * b)))
+
+    def repeat_opt(self, a: int, b: int, target: Node, target_opt: Node, atom: Node) -> Node:
+        """A helper rule matching fewer repetitions than `repeat(a, b, target, atom)` does."""
+        body = ("alts", *[("seq", *[target] * i, target_opt) for i in range(a)],
+                *[("seq", *[target] * a, *[atom] * i) for i in range(b)])
+        return self.helper(f"repeat_a{a}_b{b}_opt", (a, b, target, atom, "opt"), body)
+
+    def repeats(self, item: Node, lo: int, hi: int) -> Node:
+        """`item ~ lo..hi`: spelled out when short, split into helper rules (as Lark splits it) when long."""
+        if hi < _REPEAT_SPLIT:
+            return ("alts", *[("seq", *[item] * n) for n in range(lo, hi + 1)])
+        low = item
+        for a, b in _small_factors(lo):
+            low = self.repeat(a, b, low, item)
+        if hi == lo:
+            return low
+        factors = _small_factors(hi - lo + 1)
+        target, optional = item, ("seq",)
+        for a, b in factors[:-1]:
+            optional = self.repeat_opt(a, b, target, optional, item)
+            target = self.repeat(a, b, target, item)
+        a, b = factors[-1]
+        return ("alts", ("seq", low, self.repeat_opt(a, b, target, optional, item)))
+
+    def expand(self, name: str, tree: Node, anon: AnonymousTerminals, rule_defs: list[tuple[str, Definition]],
+               created: set[str]) -> Node:
+        """A rule body with patterns named, templates instantiated and EBNF operators turned into BNF."""
+        self.prefix = name
+        done: dict[int, Node] = {}
+        for node in _bottom_up(tree):
+            kind = node[0]
+            if kind == "P":
+                term = anon.name(Pattern(node[1], node[2], node[3]))
+                self.offsets.setdefault(term, self.syntax.literals.get(node))
+                done[id(node)] = ("T", term)
+                continue
+            kids = tuple(done.get(id(c), c) for c in node[1:])
+            if kind == "tmpl":
+                args = kids[1:]
+                result = f"{kids[0]}{{{','.join(a[1] for a in args)}}}"
+                if result not in created:
+                    created.add(result)
+                    template = self.defs[kids[0]]
+                    body = _substitute(template.tree, dict(zip(template.params, args)))
+                    rule_defs.append((result, Definition(result, False, body, template.offset)))
+                done[id(node)] = ("N", result)
+            elif kind == "expr":
+                item, op, lo, hi = kids
+                if op == "?":
+                    done[id(node)] = ("alts", item, ("seq",))
+                elif op == "+":
+                    done[id(node)] = self.helper("plus", item, item)
+                elif op == "*":
+                    done[id(node)] = ("alts", self.helper("star", item, item), ("seq",))
+                else:
+                    done[id(node)] = self.repeats(item, lo, hi)
+            else:
+                done[id(node)] = (kind, *kids)
+        return done[id(tree)]
+
+    def rules(self, anon: AnonymousTerminals) -> list[tuple[str, tuple[Node, ...]]]:
+        """Every rule as (name, symbols), in Lark's order, duplicates dropped (GrammarError if not empty)."""
+        rule_defs = [(n, d) for n, d in self.defs.items() if not d.is_term]
+        bodies: list[tuple[str, Node]] = []
+        created: set[str] = set()
+        i = 0
+        while i < len(rule_defs):  # template instances are appended while this runs
+            name, d = rule_defs[i]
             i += 1
-    return None
+            if not d.params:
+                bodies.append((name, self.expand(name, d.tree, anon, rule_defs, created)))
+        out: dict[tuple[str, tuple[Node, ...]], None] = {}
+        for name, body in bodies + self.helpers:
+            for symbols, alias in _alternatives(body):
+                if alias is not None and name.startswith("_"):
+                    raise self.fail(self.offsets.get(name), f"invalid Lark grammar: Rule {name} is marked for "
+                                                            f"expansion and isn't allowed to have aliases ({alias})")
+                if (name, symbols) in out and symbols:
+                    raise self.fail(self.offsets.get(name), f"invalid Lark grammar: Rules defined twice: {name} "
+                                                            "(aliases differ on the same expansion)")
+                out[(name, symbols)] = None
+        return list(out)
 
+    def terminal(self, name: str, pattern: Pattern, priority: int) -> Terminal:
+        """One terminal as byte-level IR; refusals point at its definition or its first use."""
+        try:
+            if pattern.kind == "str":
+                node = literal_ir(pattern.value, sorted(pattern.flags), name=name)
+            else:
+                node = regex_ir(pattern.value, sorted(pattern.flags), name=name)
+        except GrammarError as exc:
+            raise self.fail(self.offsets.get(name), exc.reason) from None
+        return Terminal(name, node, priority=priority, literal=pattern.kind == "str")
 
-def _located(message: str, text: str, offset: int | None) -> GrammarError:
-    """A GrammarError at `offset` in `text` (no position when None)."""
-    if offset is None:
-        return GrammarError(message)
-    line, column = _position(text, offset)
-    return GrammarError(message, line=line, column=column)
-
-
-def _from_visit(exc: VisitError) -> GrammarError:
-    """An error lark raised while transforming part of the grammar, at that part's first token."""
-    if exc.rule == "range":
-        message = 'a range must join two one-character strings, like "a".."z"'
-    else:
-        message = f"cannot read this {exc.rule}" + (f": {exc.orig_exc}" if str(exc.orig_exc) else "")
-    tokens = exc.obj.scan_values(lambda v: isinstance(v, Token)) if isinstance(exc.obj, Tree) else [exc.obj]
-    first = next((t for t in tokens if isinstance(t, Token) and t.line is not None), None)
-    if first is None:
-        return GrammarError("invalid Lark grammar: " + message)
-    return GrammarError("invalid Lark grammar: " + message, line=first.line, column=first.column)
-
-
-def _from_lark(exc: LarkError, text: str) -> GrammarError:
-    """lark's own error as a GrammarError, with the position lark gives or the place of the symbol it names."""
-    if isinstance(exc, VisitError):
-        if not isinstance(exc.orig_exc, LarkError):
-            return _from_visit(exc)
-        exc = exc.orig_exc
-    first = str(exc).split("\n\n")[0]
-    found = _AT_LINE.search(first)
-    message = "invalid Lark grammar: " + " ".join(_AT_LINE.sub("", first).split())
-    if isinstance(exc, UnexpectedInput) and exc.line > 0:
-        return GrammarError(message, line=exc.line, column=exc.column)
-    if found:
-        return GrammarError(message, line=int(found.group(1)), column=int(found.group(2)))
-    named = _QUOTED.search(first)
-    if named is None:
-        return GrammarError(message)
-    defs = _definitions(text, named.group(1))
-    offset = defs[1] if "more than once" in first and len(defs) > 1 else _first_use(text, named.group(1))
-    return _located(message, text, offset)
-
-
-def _terminal(term: TerminalDef, text: str) -> Terminal:
-    """One lark terminal as a model terminal; refusals point at its definition (or its inline pattern)."""
-    pattern = term.pattern
-    literal = isinstance(pattern, PatternStr)
-    try:
-        if literal:
-            node = literal_ir(pattern.value, pattern.flags, name=term.name)
-        else:
-            node = regex_ir(pattern.value, pattern.flags, name=term.name)
-    except GrammarError as exc:
-        defs = _definitions(text, term.name)
-        spelled = text.find(f"/{pattern.value}/") if not literal else -1
-        offset = defs[0] if defs else (spelled if spelled >= 0 else None)
-        raise _located(exc.reason, text, offset) from None
-    return Terminal(term.name, node, priority=term.priority, literal=literal)
-
-
-def _optional_without_placeholders(tree: Tree) -> None:
-    """Rewrite each `[x]` in a rule as `x?` (same language): lark keeps placeholders for `[x]` in its trees and so
-    refuses `[x] [x]` as two identical rules, which the language does not care about."""
-    for sub in tree.iter_subtrees():
-        if sub.data == "maybe":
-            sub.data = "expr"
-            sub.children.append(Token("OP", "?"))
-
-
-def _compile(text: str, start: str) -> tuple[list[TerminalDef], list[LarkRule], list[str]]:
-    """lark's terminals, BNF rules and ignored terminal names for `text`, lark's errors mapped to ours."""
-    declared = re.search(r"^[ \t]*%declare\b", text, re.MULTILINE)
-    if declared:
-        raise _located("%declare is not supported: every terminal needs a definition (a string or a regex)",
-                       text, declared.end() - len("%declare"))
-    try:
-        builder = GrammarBuilder(False, [_import_loader])
-        builder.load_grammar(text, "<grammar>")
-        grammar = builder.build()
-        for _name, _params, tree, _options in grammar.rule_defs:
-            _optional_without_placeholders(tree)
-        return grammar.compile([start], ())  # type: ignore[no-any-return]
-    except _ImportRefused as exc:
-        found = re.search(r"^[ \t]*%import[ \t]+(?!common\.)", text, re.MULTILINE)
-        raise _located(f"%import of {exc} is not supported: only Lark's common library (%import common.NAME)",
-                       text, found.end() if found else None) from None
-    except (LarkGrammarError, UnexpectedInput, VisitError) as exc:
-        raise _from_lark(exc, text) from None
-    except LarkError as exc:
-        raise GrammarError(f"invalid Lark grammar: {exc}") from None
-    except RecursionError:
-        raise GrammarError("the Lark grammar nests too deeply for lark to read it") from None
+    def build(self, start: str) -> ContextFreeGrammar:
+        """The grammar's terminals and BNF rules, unused ones dropped as Lark drops them, then normalized."""
+        terminals = [(n, self.pattern(False, n), d.priority) for n, d in self.defs.items() if d.is_term]
+        anon = AnonymousTerminals(terminals)
+        rules = self.rules(anon)
+        while True:
+            used = {s[1] for origin, symbols in rules for s in symbols if s[0] == "N" and s[1] != origin}
+            used.add(start)
+            kept = [r for r in rules if r[0] in used]
+            if len(kept) == len(rules):
+                break
+            rules = kept
+        used_terms = {s[1] for _o, symbols in rules for s in symbols if s[0] == "T"}
+        used_terms.update(self.ignore)
+        compiled = [self.terminal(n, p, prio) for n, p, prio in anon.terminals if n in used_terms]
+        term_index = {t.name: i for i, t in enumerate(compiled)}
+        nt_index: dict[str, int] = {}
+        for origin, _symbols in rules:
+            nt_index.setdefault(origin, len(nt_index))
+        if start not in nt_index:
+            raise GrammarError(f"the start rule {start!r} is not defined")
+        bnf = [Rule(nt_index[o], tuple(term_index[s[1]] if s[0] == "T" else nonterminal_symbol(nt_index[s[1]])
+                                       for s in symbols)) for o, symbols in rules]
+        return normalize(ContextFreeGrammar(
+            terminals=tuple(compiled),
+            nonterminals=tuple(nt_index),
+            rules=tuple(bnf),
+            start=nt_index[start],
+            ignore=tuple(term_index[name] for name in self.ignore),
+            priorities=True,
+        ))
 
 
 def parse_lark(text: str, start: str = "start") -> ContextFreeGrammar:
     """Read a Lark grammar into the normalized BNF model; GrammarError (with its position) if it is refused."""
-    lark_terms, lark_rules, ignore = _compile(text, start)
-    terminals = [_terminal(t, text) for t in lark_terms]
-    term_index = {t.name: i for i, t in enumerate(terminals)}
-    nt_index: dict[str, int] = {}
-    for lark_rule in lark_rules:
-        nt_index.setdefault(str(lark_rule.origin.name), len(nt_index))
-    if start not in nt_index:
-        raise GrammarError(f"the start rule {start!r} is not defined")
-
-    def symbol(sym: Symbol) -> int:
-        if isinstance(sym, NonTerminal):
-            return nonterminal_symbol(nt_index[str(sym.name)])
-        return term_index[str(sym.name)]
-
-    rules = [Rule(nt_index[str(r.origin.name)], tuple(symbol(s) for s in r.expansion)) for r in lark_rules]
-    return normalize(ContextFreeGrammar(
-        terminals=tuple(terminals),
-        nonterminals=tuple(nt_index),
-        rules=tuple(rules),
-        start=nt_index[start],
-        ignore=tuple(term_index[name] for name in ignore),
-        priorities=True,
-    ))
+    try:
+        builder = _Builder(text, read_lark(text))
+        builder.load()
+        builder.validate()
+        return builder.build(start)
+    except RecursionError:
+        raise GrammarError("the Lark grammar nests too deeply to be read") from None

@@ -1,0 +1,383 @@
+"""A reader of the Lark grammar dialect: text to definitions whose bodies are trees of tuples.
+
+The tokenizer is one master regex; statements and bodies are read by a loop with an explicit stack of open
+groups, so nesting never reaches Python's recursion limit (groups deeper than MAX_DEPTH are refused). Bodies use
+the shapes of Lark's own grammar trees, as tuples (equal trees compare equal, as Lark's do):
+
+    ("alts", alternative, ...)        one or more alternatives (an alternative is a "seq" or an "alias")
+    ("seq", item, ...)                a concatenation (possibly empty)
+    ("alias", seq, name)              an alternative renamed with `-> name` (only shapes the tree)
+    ("expr", item, op, lo, hi)        item?, item*, item+ or item ~ lo..hi; `[x]` reads as ("expr", x, "?", 0, 0)
+    ("tmpl", name, arg, ...)          a template used with arguments
+    ("T", name) / ("N", name)         a terminal / a rule
+    ("P", kind, value, flags)         a string ("str") or regex ("re") pattern, escapes already evaluated
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from tooldec.errors import GrammarError
+
+MAX_DEPTH = 256
+"""Deepest nesting of groups, optionals and template arguments read (Lark itself fails near 450)."""
+
+Node = tuple  # type: ignore[type-arg]
+
+_TOKEN = re.compile(r"""
+    (?P<skip>[ \t\f]+|\\[ ]*\r?\n|//[^\n]*|\#[^\n]*)
+  | (?P<nl>\r?\n(?:\s|//[^\n]*|\#[^\n]*)*(?P<bar>\|)?)
+  | (?P<to>->)
+  | (?P<dotdot>\.\.)
+  | (?P<dot>\.)
+  | (?P<directive>%[a-z]+)
+  | (?P<mod>(?:![?]?|[?]!?)(?=[_a-z]))
+  | (?P<op>[+*?])
+  | (?P<number>[+-]?\d+)
+  | (?P<rule>_?[a-z][_a-z0-9]*)
+  | (?P<term>_?[A-Z][_A-Z0-9]*)
+  | (?P<string>"(?:\\[^\n]|[^"\\\n])*"i?)
+  | (?P<regexp>/(?!/)(?:\\[\s\S]|[^/\\])*/[imslux]*)
+  | (?P<punct>[()\[\]{}:,~|])
+""", re.VERBOSE)
+_SHOWN = {"nl": "a line end", "eof": "the end of the grammar"}
+
+
+@dataclass(frozen=True)
+class Token:
+    """A lexical unit of the grammar text: its kind (a `_TOKEN` group, or the punctuation itself) and value."""
+
+    kind: str
+    value: str
+    offset: int
+
+
+@dataclass
+class Definition:
+    """A rule or terminal definition: its body tree and where its name is written."""
+
+    name: str
+    is_term: bool
+    tree: Node
+    offset: int
+    priority: int = 0
+    params: tuple[str, ...] = ()
+    inlined_expand1: bool = False  # `?_name`, which Lark refuses
+
+
+@dataclass
+class Import:
+    """`%import path.NAME [-> ALIAS]` or `%import path (A, B)`: imported name -> local name."""
+
+    path: tuple[str, ...]
+    relative: bool
+    aliases: dict[str, str]
+    offset: int
+
+
+@dataclass
+class Ignore:
+    """`%ignore` of a terminal name or an inline pattern."""
+
+    tree: Node
+    offset: int
+
+
+@dataclass
+class LarkSyntax:
+    """A grammar file's statements, and the first place each symbol name and each literal is used."""
+
+    statements: list[Definition | Import | Ignore]
+    uses: dict[str, int] = field(default_factory=dict)
+    literals: dict[Node, int] = field(default_factory=dict)
+
+
+def error_at(text: str, offset: int, message: str) -> GrammarError:
+    """A GrammarError at a character offset of `text`, with 1-based line and column."""
+    line = text.count("\n", 0, offset) + 1
+    return GrammarError(message, line=line, column=offset - (text.rfind("\n", 0, offset) + 1) + 1)
+
+
+def tokenize(text: str) -> list[Token]:
+    """The tokens of `text`, ending with a line end and "eof"; GrammarError at a character no token starts with."""
+    tokens: list[Token] = []
+    pos, n, match = 0, len(text), _TOKEN.match
+    while pos < n:
+        m = match(text, pos)
+        if m is None:
+            raise error_at(text, pos, f"invalid Lark grammar: Unexpected input {text[pos]!r}")
+        kind = m.lastgroup
+        if kind == "nl" and m.group("bar"):
+            tokens.append(Token("|", "|", m.start("bar")))
+        elif kind != "skip":
+            tokens.append(Token(m.group() if kind == "punct" else kind, m.group(), pos))  # type: ignore[arg-type]
+        pos = m.end()
+    tokens.append(Token("nl", "\n", n))
+    tokens.append(Token("eof", "", n))
+    return tokens
+
+
+def unescape(body: str, is_string: bool) -> str:
+    """A literal's value as Lark evaluates the text between its delimiters; ValueError on a bad escape.
+
+    Python's escapes \\n \\f \\t \\r \\x \\u \\U are evaluated, \\" is a quote, \\\\ stays two characters (one in a
+    string), and any other backslash is kept with the character after it."""
+    if "\\" not in body:
+        return body
+    out: list[str] = []
+    i, n = 0, len(body)
+    while i < n:
+        c = body[i]
+        out.append(c)
+        if c == "\\":
+            if i + 1 == n:
+                raise ValueError("the literal ends with a lone backslash")
+            nxt = body[i + 1]
+            if nxt == "\\":
+                out.append("\\\\")
+            elif nxt not in "Uuxnftr":
+                out.append("\\")
+            out.append(nxt)
+            i += 1
+        i += 1
+    source = "".join(out).replace('\\"', '"').replace("'", "\\'")
+    try:
+        value = ast.literal_eval(f"u'''{source}'''")
+    except (SyntaxError, ValueError) as exc:
+        raise ValueError(f"bad escape in {body!r} ({exc})") from None
+    return value.replace("\\\\", "\\") if is_string else value  # type: ignore[no-any-return]
+
+
+class _Reader:
+    """Reads the token list statement by statement."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = tokenize(text)
+        self.i = 0
+        self.syntax = LarkSyntax([])
+
+    def error(self, token: Token, message: str) -> GrammarError:
+        """A GrammarError at `token`."""
+        return error_at(self.text, token.offset, "invalid Lark grammar: " + message)
+
+    def unexpected(self, token: Token, expected: str) -> GrammarError:
+        """The error for a token that cannot come here."""
+        shown = _SHOWN.get(token.kind, repr(token.value))
+        return self.error(token, f"Unexpected token {shown}; expected {expected}")
+
+    def take(self, *kinds: str) -> Token | None:
+        """The next token if it has one of `kinds` (consumed), else None."""
+        token = self.tokens[self.i]
+        if token.kind in kinds:
+            self.i += 1
+            return token
+        return None
+
+    def need(self, kind: str, expected: str) -> Token:
+        """The next token, which must be of `kind`."""
+        token = self.take(kind)
+        if token is None:
+            raise self.unexpected(self.tokens[self.i], expected)
+        return token
+
+    def read(self) -> LarkSyntax:
+        """Every statement of the grammar."""
+        while True:
+            token = self.tokens[self.i]
+            if token.kind == "eof":
+                return self.syntax
+            if token.kind == "nl":
+                self.i += 1
+            elif token.kind in ("mod", "rule", "term"):
+                self.syntax.statements.append(self.definition())
+            elif token.kind == "directive":
+                self.directive()
+            else:
+                raise self.error(token, "Expecting rule or terminal definition")
+
+    def definition(self) -> Definition:
+        """`[mod] rule[{params}][.n]: body` or `TERM[.n]: body`."""
+        mod = self.take("mod")
+        name = self.tokens[self.i]
+        if name.kind not in ("rule", "term") or (mod is not None and name.kind != "rule"):
+            raise self.unexpected(name, "a rule name")
+        self.i += 1
+        params: list[str] = []
+        if name.kind == "rule" and self.take("{"):
+            params.append(self.need("rule", "a template parameter").value)
+            while self.take(","):
+                params.append(self.need("rule", "a template parameter").value)
+            self.need("}", "'}'")
+        priority = 0
+        if self.take("dot"):
+            priority = int(self.need("number", "a priority number").value)
+        if self.take(":") is None:
+            raise self.error(self.tokens[self.i], "Expecting rule or terminal definition (missing colon)")
+        tree = self.body(allow_alias=name.kind == "rule")
+        return Definition(name.value, name.kind == "term", tree, name.offset, priority, tuple(params),
+                          inlined_expand1=mod is not None and "?" in mod.value and name.value.startswith("_"))
+
+    def directive(self) -> None:
+        """`%ignore`, `%import`; the other directives are refused."""
+        token = self.tokens[self.i]
+        self.i += 1
+        if token.value == "%ignore":
+            self.syntax.statements.append(Ignore(self.body(allow_alias=False), token.offset))
+        elif token.value == "%import":
+            self.syntax.statements.append(self.import_statement())
+        elif token.value == "%declare":
+            raise error_at(self.text, token.offset, "%declare is not supported: every terminal needs a definition "
+                                                    "(a string or a regex)")
+        elif token.value in ("%override", "%extend"):
+            raise error_at(self.text, token.offset, f"{token.value} is not supported")
+        else:
+            raise error_at(self.text, token.offset, f"invalid Lark grammar: Unexpected input {token.value!r}")
+
+    def import_statement(self) -> Import:
+        """`%import [.]a.b.NAME [-> ALIAS]` or `%import [.]a.b (N1, N2)`."""
+        start = self.tokens[self.i]
+        relative = self.take("dot") is not None
+        path = [self.need_name().value]
+        while self.take("dot"):
+            path.append(self.need_name().value)
+        if self.take("("):
+            names = [self.need_name().value]
+            while self.take(","):
+                names.append(self.need_name().value)
+            self.need(")", "')'")
+            aliases = {name: name for name in names}
+        else:
+            if len(path) == 1:
+                raise error_at(self.text, start.offset, f"invalid Lark grammar: Nothing was imported from grammar "
+                                                        f"`{path[0]}`")
+            name = path.pop()
+            aliases = {name: self.need_name().value if self.take("to") else name}
+        self.need("nl", "a line end")
+        return Import(tuple(path), relative, aliases, start.offset)
+
+    def need_name(self) -> Token:
+        """A rule or terminal name."""
+        token = self.take("rule", "term")
+        if token is None:
+            raise self.unexpected(self.tokens[self.i], "a name")
+        return token
+
+    def literal(self, token: Token) -> Node:
+        """A string or regex token as a pattern leaf; a string followed by `..` makes a range."""
+        value = token.value
+        flags_at = max(value.rfind('"'), value.rfind("/")) + 1
+        body, flags = value[1:flags_at - 1], frozenset(value[flags_at:])
+        is_string = token.kind == "string"
+        if not is_string and "\n" in body and "x" not in flags:
+            raise self.error(token, "You can only use newlines in regular expressions with the `x` (verbose) flag")
+        if is_string and self.take("dotdot"):
+            end = self.need("string", "a string after '..'")
+            end_body = end.value[1:-1]
+            try:
+                ok = not flags and end.value.endswith('"') and len(unescape(body, True)) == 1 == len(
+                    unescape(end_body, True))
+            except ValueError:
+                ok = False
+            if not ok:
+                raise self.error(token, 'a range must join two one-character strings, like "a".."z"')
+            node: Node = ("P", "re", f"[{body}-{end_body}]", frozenset())
+        else:
+            try:
+                evaluated = unescape(body, is_string)
+            except ValueError as exc:
+                raise self.error(token, str(exc)) from None
+            if not evaluated:
+                raise self.error(token, f"Empty terminals are not allowed ({value})")
+            node = ("P", "str" if is_string else "re", evaluated, flags)
+        self.syntax.literals.setdefault(node, token.offset)
+        return node
+
+    def value(self, token: Token, depth: int) -> Node:
+        """A terminal, a rule, a template use (`name{args}`) or a literal, starting at `token` (consumed)."""
+        if token.kind in ("string", "regexp"):
+            return self.literal(token)
+        self.syntax.uses.setdefault(token.value, token.offset)
+        if token.kind == "term":
+            return ("T", token.value)
+        if not self.take("{"):
+            return ("N", token.value)
+        if depth > MAX_DEPTH:
+            raise self.error(token, f"the Lark grammar nests too deeply (more than {MAX_DEPTH} levels)")
+        args = [self.value(self.need_value(), depth + 1)]
+        while self.take(","):
+            args.append(self.value(self.need_value(), depth + 1))
+        self.need("}", "'}'")
+        return ("tmpl", token.value, *args)
+
+    def need_value(self) -> Token:
+        """The next token, which must start a value."""
+        token = self.take("rule", "term", "string", "regexp")
+        if token is None:
+            raise self.unexpected(self.tokens[self.i], "a value")
+        return token
+
+    def body(self, allow_alias: bool) -> Node:
+        """Alternatives up to the end of the statement, with an explicit stack of open groups."""
+        stack: list[tuple[Token | None, list[Node], list[Node]]] = [(None, [], [])]  # opener, alternatives, items
+        fixed = False  # whether the last item already carries an operator
+        while True:
+            token = self.tokens[self.i]
+            self.i += 1
+            opener, alternatives, items = stack[-1]
+            kind = token.kind
+            if kind in ("rule", "term", "string", "regexp"):
+                items.append(self.value(token, len(stack)))
+                fixed = False
+            elif kind in ("op", "~"):
+                if not items or fixed:
+                    raise self.unexpected(token, "a value before the operator")
+                if kind == "op":
+                    items[-1] = ("expr", items[-1], token.value, 0, 0)
+                else:
+                    lo = hi = int(self.need("number", "a number after '~'").value)
+                    if self.take("dotdot"):
+                        hi = int(self.need("number", "a number after '..'").value)
+                    if hi < lo or lo < 0:
+                        raise self.error(token, f"Bad Range for repeat ({lo}..{hi} isn't allowed)")
+                    items[-1] = ("expr", items[-1], "~", lo, hi)
+                fixed = True
+            elif kind in ("(", "["):
+                if len(stack) > MAX_DEPTH:
+                    raise self.error(token, f"the Lark grammar nests too deeply (more than {MAX_DEPTH} levels)")
+                stack.append((token, [], []))
+            elif kind in (")", "]"):
+                if opener is None or (opener.kind == "(") != (kind == ")"):
+                    raise self.unexpected(token, "a value, '|' or the end of the group")
+                alternatives.append(("seq", *items))
+                stack.pop()
+                group: Node = ("alts", *alternatives)
+                stack[-1][2].append(group if kind == ")" else ("expr", group, "?", 0, 0))
+                fixed = False
+            elif kind == "|":
+                alternatives.append(("seq", *items))
+                stack[-1] = (opener, alternatives, [])
+                fixed = False
+            elif kind == "to" and allow_alias and opener is None:
+                alias = self.need("rule", "an alias name (lowercase)")
+                alternatives.append(("alias", ("seq", *items), alias.value))
+                stack[-1] = (opener, alternatives, [])
+                after = self.tokens[self.i]
+                if after.kind not in ("|", "nl"):
+                    raise self.unexpected(after, "'|' or a line end after an alias")
+                if after.kind == "|":
+                    self.i += 1
+                else:
+                    return ("alts", *alternatives)
+            elif kind == "nl" and opener is None:
+                alternatives.append(("seq", *items))
+                return ("alts", *alternatives)
+            else:
+                raise self.unexpected(token, "a value, an operator, '|' or a line end")
+
+
+def read_lark(text: str) -> LarkSyntax:
+    """The statements of a Lark grammar; GrammarError (line, column) on a syntax error or a refused directive."""
+    return _Reader(text).read()
