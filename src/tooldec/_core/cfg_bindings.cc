@@ -45,6 +45,7 @@ TerminalDfa read_terminal(const py::handle& h, size_t index, std::vector<int64_t
   d.start = static_cast<int32_t>(start);
   d.trans.assign(static_cast<size_t>(n) * 256, 0);
   d.accepting.assign(n, 0);
+  d.classes.assign(cl, cl + 256);
   for (int64_t s = 1; s < n; ++s) {
     d.accepting[s] = accepting.data()[s] ? 1 : 0;
     for (int b = 0; b < 256; ++b) d.trans[static_cast<size_t>(s) * 256 + b] = tr[s * nc + cl[b]];

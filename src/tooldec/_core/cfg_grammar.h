@@ -34,6 +34,7 @@ constexpr int32_t MAX_LEXER_STATES = 1 << 16;
 // One terminal's byte DFA as a dense 256-wide table (state 0 dead).
 struct TerminalDfa {
   std::vector<int32_t> trans;  // n * 256
+  std::vector<uint8_t> classes;  // 256: bytes of one class lead alike from every state
   std::vector<uint8_t> accepting;
   int32_t start = 1, n = 0;
 };
@@ -45,6 +46,8 @@ struct Lexer {
   std::vector<int32_t> accept_class;  // per state: the class of terminals a lexeme ending here is, or NO_CLASS
   std::vector<int32_t> width;        // per state: live bytes
   std::vector<int32_t> tuples;       // per state, each terminal's DFA state (n * terminals.size())
+  std::vector<uint8_t> plain_loop;   // per state: every plain byte (Vocab::plain) leads back to it
+  std::vector<int32_t> shape;        // per state: the id of its live (terminal, DFA state) pairs, grammar-wide
   int32_t n = 0;
   int32_t step(int32_t q, uint8_t b) const { return trans[static_cast<size_t>(q) * 256 + b]; }
 };
@@ -160,15 +163,17 @@ class Grammar {
     return lx;
   }
 
-  // The cached walk of lexer state q of termset `id`, or null (then the caller computes and offers one).
-  std::shared_ptr<const LexemeWalk> walk(int32_t id, int32_t q) {
+  // The cached walk of a lexer state's shape (its live terminals and their states: states of different termsets
+  // with one shape walk alike, such as a string's contents wherever a string may stand), or null (then the
+  // caller computes and offers one).
+  std::shared_ptr<const LexemeWalk> walk(int32_t shape) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = walks_.find(walk_key(id, q));
+    auto it = walks_.find(shape);
     return it == walks_.end() ? nullptr : it->second;
   }
-  std::shared_ptr<const LexemeWalk> offer_walk(int32_t id, int32_t q, std::shared_ptr<const LexemeWalk> w) {
+  std::shared_ptr<const LexemeWalk> offer_walk(int32_t shape, std::shared_ptr<const LexemeWalk> w) {
     std::lock_guard<std::mutex> lock(mutex_);
-    return walks_.emplace(walk_key(id, q), std::move(w)).first->second;  // the first offered wins
+    return walks_.emplace(shape, std::move(w)).first->second;  // the first offered wins
   }
 
   int64_t num_lexers() const {
@@ -181,9 +186,13 @@ class Grammar {
   }
 
  private:
-  static uint64_t walk_key(int32_t id, int32_t q) {
-    return (static_cast<uint64_t>(static_cast<uint32_t>(id)) << 32) | static_cast<uint32_t>(q);
-  }
+  struct VecHash {
+    size_t operator()(const std::vector<int32_t>& v) const {
+      uint64_t h = 1469598103934665603ULL;
+      for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ULL;
+      return static_cast<size_t>(h);
+    }
+  };
 
   // The class a lexeme ending in the component states `tuple` is: the accepting terminals, kept to the highest
   // priority and to the literals among them where there are any (Lark's rules); IGNORE_CLASS when only ignored
@@ -211,13 +220,31 @@ class Grammar {
     return id;
   }
 
-  // The product of the termset's DFAs, breadth first over the reachable tuples. A tuple's last entry marks the
-  // start, so that no byte leads back to it: the start state means "no byte of a lexeme read yet". Caller holds
-  // the mutex.
+  // The product of the termset's DFAs, breadth first over the reachable tuples, one transition per byte class
+  // of the termset (bytes every terminal treats alike). A tuple's last entry marks the start, so that no byte
+  // leads back to it: the start state means "no byte of a lexeme read yet". Caller holds the mutex.
   void build_lexer(Lexer& lx) {
     const std::vector<int32_t>& terms = lx.terminals;
     const size_t k = terms.size();
-    std::map<std::vector<int32_t>, int32_t> ids;
+    std::vector<int32_t> cls(256, 0), reps;
+    {
+      int32_t n_cls = 1;
+      for (int32_t t : terms) {  // refine by each terminal's classes
+        std::unordered_map<int32_t, int32_t> split;
+        int32_t next_id = 0;
+        for (int b = 0; b < 256; ++b) {
+          const int32_t key = cls[b] * 256 + terms_[t].classes[b];
+          auto it = split.emplace(key, next_id).first;
+          if (it->second == next_id) ++next_id;
+          cls[b] = it->second;
+        }
+        n_cls = next_id;
+      }
+      reps.assign(n_cls, -1);
+      for (int b = 0; b < 256; ++b)
+        if (reps[cls[b]] < 0) reps[cls[b]] = b;
+    }
+    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
     std::vector<std::vector<int32_t>> order;
     std::vector<int32_t> dead(k + 1, 0), start(k + 1, 1);
     for (size_t i = 0; i < k; ++i) start[i] = terms_[terms[i]].start;
@@ -225,42 +252,56 @@ class Grammar {
     order.push_back(dead);
     ids.emplace(start, 1);
     order.push_back(start);
-    lx.trans.clear();
-    std::vector<int32_t> next(k + 1, 0);
-    for (size_t s = 0; s < order.size(); ++s) {
-      lx.trans.resize((s + 1) * 256, 0);
-      if (s == 0) continue;
-      for (int b = 0; b < 256; ++b) {
+    lx.trans.assign(2 * 256, 0);
+    std::vector<int32_t> next(k + 1, 0), row(reps.size());
+    for (size_t s = 1; s < order.size(); ++s) {
+      for (size_t c = 0; c < reps.size(); ++c) {
+        const int b = reps[c];
         bool any = false;
         for (size_t i = 0; i < k; ++i) {
-          const int32_t c = order[s][i];
-          next[i] = c == 0 ? 0 : terms_[terms[i]].trans[static_cast<size_t>(c) * 256 + b];
+          const int32_t q = order[s][i];
+          next[i] = q == 0 ? 0 : terms_[terms[i]].trans[static_cast<size_t>(q) * 256 + b];
           any |= next[i] != 0;
         }
+        row[c] = 0;
         if (!any) continue;
-        auto it = ids.find(next);
-        int32_t id;
-        if (it == ids.end()) {
-          id = static_cast<int32_t>(order.size());
-          if (id >= MAX_LEXER_STATES)
+        auto [it, fresh] = ids.emplace(next, static_cast<int32_t>(order.size()));
+        if (fresh) {
+          if (it->second >= MAX_LEXER_STATES)
             throw GrammarTooLarge("the lexer of " + std::to_string(k) + " terminals would exceed " +
                                   std::to_string(MAX_LEXER_STATES) + " states");
-          ids.emplace(next, id);
           order.push_back(next);
-        } else {
-          id = it->second;
+          lx.trans.resize(order.size() * 256, 0);
         }
-        lx.trans[s * 256 + b] = id;
+        row[c] = it->second;
       }
+      int32_t* dst = lx.trans.data() + s * 256;
+      for (int b = 0; b < 256; ++b) dst[b] = row[cls[b]];
     }
     lx.n = static_cast<int32_t>(order.size());
     lx.accept_class.assign(lx.n, NO_CLASS);
     lx.width.assign(lx.n, 0);
     lx.tuples.assign(static_cast<size_t>(lx.n) * k, 0);
+    lx.plain_loop.assign(lx.n, 0);
+    lx.shape.assign(lx.n, -1);
+    std::vector<int32_t> live;
     for (int32_t s = 1; s < lx.n; ++s) {
       std::copy(order[s].begin(), order[s].begin() + static_cast<std::ptrdiff_t>(k), lx.tuples.begin() + static_cast<std::ptrdiff_t>(s * k));
       if (s > 1) lx.accept_class[s] = resolve(terms, order[s]);
-      for (int b = 0; b < 256; ++b) lx.width[s] += lx.trans[static_cast<size_t>(s) * 256 + b] != 0;
+      const int32_t* r = lx.trans.data() + static_cast<size_t>(s) * 256;
+      bool loop = true;
+      for (int b = 0; b < 256; ++b) {
+        lx.width[s] += r[b] != 0;
+        if (b >= 0x20 && b < 0x7F && b != '"' && b != '\\') loop = loop && r[b] == s;
+      }
+      lx.plain_loop[s] = loop ? 1 : 0;
+      live.clear();
+      for (size_t i = 0; i < k; ++i)
+        if (order[s][i] != 0) {
+          live.push_back(terms[i]);
+          live.push_back(order[s][i]);
+        }
+      lx.shape[s] = shape_ids_.emplace(live, static_cast<int32_t>(shape_ids_.size())).first->second;
     }
   }
 
@@ -284,7 +325,8 @@ class Grammar {
   std::vector<uint8_t> built_;
   std::map<std::vector<int32_t>, int32_t> class_ids_;
   std::vector<std::vector<int32_t>> classes_;
-  std::unordered_map<uint64_t, std::shared_ptr<const LexemeWalk>> walks_;
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> shape_ids_;
+  std::unordered_map<int32_t, std::shared_ptr<const LexemeWalk>> walks_;
 };
 
 }  // namespace tooldec::cfg

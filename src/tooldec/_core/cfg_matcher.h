@@ -66,10 +66,9 @@ class Compiled {
     return {parser_, cache_};
   }
 
-  // The vocabulary walk of lexer state q of termset `ts` (computed once per grammar, then shared).
-  std::shared_ptr<const LexemeWalk> lexeme_walk(int32_t ts, int32_t q) {
-    if (auto w = g_->walk(ts, q)) return w;
-    const Lexer* lx = g_->lexer(ts);
+  // The vocabulary walk of lexer state q (computed once per grammar and shape, then shared).
+  std::shared_ptr<const LexemeWalk> lexeme_walk(const Lexer* lx, int32_t q) {
+    if (auto w = g_->walk(lx->shape[q])) return w;
     const Vocab& v = *v_;
     auto w = std::make_shared<LexemeWalk>();
     std::vector<uint32_t> bits(static_cast<size_t>(v.words()), 0);
@@ -89,9 +88,17 @@ class Compiled {
         k = v.node_end_[k];
         continue;
       }
-      for (int32_t j = v.tok_ptr_[k]; j < v.tok_ptr_[k + 1]; ++j) {
+      // a state that plain bytes keep in place takes a subtree of plain bytes whole (a string's contents):
+      // all its tokens stay inside, none exits
+      const bool whole = lx->plain_loop[t] && v.plain_below_[k];
+      const int32_t last = whole ? v.tok_ptr_[v.node_end_[k]] : v.tok_ptr_[k + 1];
+      for (int32_t j = v.tok_ptr_[k]; j < last; ++j) {
         bits[v.tok_[j] >> 5] |= 1u << (v.tok_[j] & 31);
         any = true;
+      }
+      if (whole) {
+        k = v.node_end_[k];
+        continue;
       }
       stack[d] = t;
       ++k;
@@ -114,7 +121,7 @@ class Compiled {
     }
     w->exit_node = std::move(nodes);
     w->exit_class = std::move(classes);
-    return g_->offer_walk(ts, q, std::move(w));
+    return g_->offer_walk(lx->shape[q], std::move(w));
   }
 
   Grammar& grammar() { return *g_; }
@@ -295,7 +302,7 @@ class Matcher {
       return;
     }
     const Frame& f = hist_.back();
-    auto walk = c_->lexeme_walk(f.termset, f.q);
+    auto walk = c_->lexeme_walk(f.lx, f.q);
     if (walk->inside.empty())
       std::memset(out, 0, sizeof(int32_t) * W);
     else
