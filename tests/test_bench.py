@@ -414,3 +414,107 @@ def test_peer_batch_paths_agree_with_their_single_rows(name: str, tok_dir: Path,
     for e in result.batch:
         assert e["status"] == "ok", e
         assert e["step_us_median"] is not None and e["fill_us_p99"] is not None
+
+
+# --- context-free-grammar workloads ------------------------------------------------------------------------------
+
+CFG_DATA = Path(__file__).parent / "data" / "cfg"
+
+
+@pytest.fixture(scope="module")
+def cfg_shared(tok_dir: Path) -> Path:
+    """The tiny tokenizer's SHARED folder with the grammars of tests/data/cfg as data/cfg."""
+    shared = tok_dir.parent.parent
+    (shared / "data").mkdir(exist_ok=True)
+    if not (shared / "data" / "cfg").exists():
+        (shared / "data" / "cfg").symlink_to(CFG_DATA.resolve())
+    return shared
+
+
+def test_cfg_workloads_load_grammar_and_sample(cfg_shared: Path) -> None:
+    from tooldec.bench.cfg import CFG_WORKLOADS, GrammarCase
+
+    for name, stem in CFG_WORKLOADS.items():
+        workload = load_workload(name, cfg_shared)
+        (case,) = workload.cases
+        assert isinstance(case, GrammarCase) and workload.note
+        assert case.grammar == (CFG_DATA / f"{stem}.lark").read_text()
+        assert case.sample == (CFG_DATA / f"{stem}.sample.txt").read_text()
+
+
+def test_cfg_workload_without_shared_data_names_the_folder(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"json\.lark in .*data/cfg"):
+        load_workload("cfg-json", tmp_path)
+
+
+def test_cfg_sample_is_forced_then_eos(cfg_shared: Path, vocab: Vocabulary) -> None:
+    (item,) = prepare_calls(load_workload("cfg-arith", cfg_shared), vocab, 7)
+    (call,) = item.calls
+    assert call[-1] == 7 and item.unknown == ()
+    assert b"".join(vocab.token_bytes[t] or b"" for t in call[:-1]) == (CFG_DATA / "arith_leftrec.sample.txt").read_bytes()
+
+
+def test_cfg_cells_peers_time_tooldec_waits_outlines_fails(cfg_shared: Path, tok_dir: Path) -> None:
+    """Peers pass the check and report figures (batch too); outlines-core fails with its reason; tooldec runs once
+    Compiler.compile_grammar exists and is skipped with the reason until then."""
+    from tooldec.bench.engines.tooldec_engine import TooldecEngine
+
+    names = [n for n in ("llguidance", "xgrammar", "outlines-core", "tooldec") if ENGINES[n].missing() is None]
+    workloads = [load_workload("cfg-arith", cfg_shared), load_workload("cfg-nested", cfg_shared)]
+    results = run(names, workloads, {"tiny": tok_dir}, repeats=1, batch=BatchSettings((1, 3), 2))
+    by = {(r.engine, r.workload): r for r in results}
+    for name in {"llguidance", "xgrammar"} & set(names):
+        for w in ("cfg-arith", "cfg-nested"):
+            row = by[(name, w)]
+            assert row.status == "ok", row.reason
+            assert row.compile_ms is not None and row.mask_us_median is not None and row.mask_us_p99 is not None
+            assert [(e["batch_size"], e["status"]) for e in row.batch] == [(1, "ok"), (3, "ok")], row.batch
+    if "outlines-core" in names:
+        row = by[("outlines-core", "cfg-arith")]
+        assert row.status == "failed" and "no context-free grammar engine" in row.reason
+    missing = TooldecEngine.grammar_missing()
+    row = by[("tooldec", "cfg-arith")]
+    assert (row.status, row.reason) == (("skipped", missing) if missing else ("ok", ""))
+    doc = report.document(results, {"repeats": 1})
+    assert "| cfg-nested | tiny |" in report.markdown(doc)
+
+
+def test_tool_and_grammar_workloads_run_side_by_side(cfg_shared: Path, tok_dir: Path) -> None:
+    """A CFG workload in the same run does not change how tooldec runs the tool-call workloads."""
+    workloads = [load_workload("rich", cfg_shared), load_workload("cfg-nested", cfg_shared)]
+    results = run(["tooldec"], workloads, {"tiny": tok_dir}, repeats=1)
+    assert results[0].status == "ok"
+    assert results[1].status in {"ok", "skipped"}
+
+
+class _PermissiveGrammar:
+    """A session that allows every token and accepts it: what check_sample must catch."""
+
+    mask = np.full((1, 4), -1, dtype=np.int32)
+
+    def fill_mask(self) -> None:
+        """Nothing to compute."""
+
+    def allowed(self, token_id: int) -> bool:
+        return True
+
+    def advance(self, token_id: int) -> bool:
+        return True
+
+
+def test_check_sample_refuses_an_engine_that_allows_everything(cfg_shared: Path, vocab: Vocabulary) -> None:
+    from tooldec.bench.runner import check_sample
+
+    class Permissive(TooldecEngine):
+        name = "permissive"
+
+        def compile_grammar(self, grammar: str) -> object:
+            return grammar
+
+        def start(self, compiled: object) -> _PermissiveGrammar:  # type: ignore[override]
+            return _PermissiveGrammar()
+
+    (item,) = prepare_calls(load_workload("cfg-json", cfg_shared), vocab, min(vocab.eos_ids))
+    engine = Permissive(cfg_shared / "tokenizers" / "tiny", vocab, min(vocab.eos_ids))
+    with pytest.raises(CheckFailed, match="allows every token"):
+        check_sample(engine, item)

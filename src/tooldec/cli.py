@@ -140,7 +140,7 @@ def bench(
     note: str = typer.Option("", "--note", help="A line for the report (e.g. what else ran on the machine)."),
     clock: str = typer.Option("wall", "--clock", help="wall, or cpu: the process's CPU time, for a shared machine."),
 ) -> None:
-    """Time tooldec and the installed peers side by side on the same tool-call grammars."""
+    """Time tooldec and the installed peers side by side on the same tool-call grammars (or Lark grammars: cfg-*)."""
     import os
 
     from tooldec.bench import report

@@ -242,8 +242,8 @@ def run_batch(engine: Engine, items: Sequence[Any], batch_sizes: Sequence[int], 
     torch.set_num_threads(threads)
     try:
         try:
-            driver = engine.batch(threads)
-            compiled = [engine.compile(item.case.tools) for item in items]
+            driver = items[0].case.driver(engine, threads)
+            compiled = [item.case.compile(engine) for item in items]
             stream = tracks(items)
         except Exception as exc:  # noqa: BLE001 - reported in the entries
             why = f"batch setup: {type(exc).__name__}: {exc}"[:300]

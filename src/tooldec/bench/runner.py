@@ -1,7 +1,8 @@
 """The runner: for each tokenizer, engine and workload, check the engine constrains, then time it.
 
 Per (engine, workload, tokenizer) cell: one-time tokenizer preparation; a check on its own compile (every
-token of each forced call allowed by the mask and accepted, then EOS; a call of an unknown tool refused);
+token of each forced call allowed by the mask and accepted, then EOS; a call of an unknown tool refused; for a
+grammar workload the forced text is the grammar's sample, and the first mask must refuse some token);
 then `repeats` timed rounds, each compiling every case afresh (cache off) and forcing one call token by token.
 A step is `fill_mask` + `advance`; the first mask of a round is reported apart, the steps after it are
 pooled over rounds and cases for the median and p99. Then, with batch sizes given, the batch measurement
@@ -16,8 +17,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tooldec.bench.batch import DEFAULT_BATCH_STEPS, LogitsSource, run_batch
 from tooldec.bench.calls import forced_calls, unknown_call_text
+from tooldec.bench.cfg import GrammarCase
 from tooldec.bench.engines import ENGINES, Engine
 from tooldec.bench.measure import median, now_us, p99, rss_bytes
 from tooldec.bench.workloads import Case, Workload
@@ -67,28 +71,38 @@ class CellResult:
 
 @dataclass(frozen=True)
 class CaseCalls:
-    """A case with its forced token sequences (each a valid call then EOS) and an unknown-tool call."""
+    """A case with its forced token sequences (each a valid call or grammar sample, then EOS) and an unknown-tool
+    call (empty for a grammar)."""
 
-    case: Case
+    case: Case | GrammarCase
     calls: tuple[tuple[int, ...], ...]
     unknown: tuple[int, ...]
 
 
 def prepare_calls(workload: Workload, vocab: Vocabulary, eos_id: int) -> list[CaseCalls]:
-    """Tokenize each case's forced calls once with the tokenizer, EOS appended to the valid ones."""
+    """Tokenize each case's forced calls (a grammar's: its sample) once with the tokenizer, EOS appended to the
+    valid ones."""
     out = []
     for case in workload.cases:
+        if isinstance(case, GrammarCase):
+            out.append(CaseCalls(case, ((*vocab.encode(case.sample), eos_id),), ()))
+            continue
         calls = tuple((*vocab.encode(text), eos_id) for text in forced_calls(case.tools, vocab))
         out.append(CaseCalls(case, calls, tuple(vocab.encode(unknown_call_text(case.tools)))))
     return out
 
 
-def check_engine(engine: Engine, item: CaseCalls) -> None:
-    """Raise CheckFailed unless every forced token is allowed and accepted and the unknown tool is refused."""
+def _compile_checked(engine: Engine, item: CaseCalls) -> Any:
+    """The engine's compile of the case; CheckFailed("compile …") with the engine's error text."""
     try:
-        compiled = engine.compile(item.case.tools)
+        return item.case.compile(engine)
     except Exception as exc:  # any peer error fails the case, with its text
         raise CheckFailed(f"compile {item.case.name}: {type(exc).__name__}: {exc}"[:300]) from exc
+
+
+def _force(engine: Engine, compiled: Any, item: CaseCalls) -> None:
+    """Force every call of the case through a fresh session; CheckFailed at the first token not allowed or
+    refused."""
     for tokens in item.calls:
         session = engine.start(compiled)
         for k, token in enumerate(tokens):
@@ -97,12 +111,30 @@ def check_engine(engine: Engine, item: CaseCalls) -> None:
                 raise CheckFailed(f"{item.case.name}: forced token {k} ({token}) not in the mask")
             if not session.advance(token):
                 raise CheckFailed(f"{item.case.name}: forced token {k} ({token}) refused by advance")
+
+
+def check_engine(engine: Engine, item: CaseCalls) -> None:
+    """Raise CheckFailed unless every forced token is allowed and accepted and the unknown tool is refused."""
+    compiled = _compile_checked(engine, item)
+    _force(engine, compiled, item)
     session = engine.start(compiled)
     for token in item.unknown:
         session.fill_mask()
         if not session.allowed(token) or not session.advance(token):
             return
     raise CheckFailed(f"{item.case.name}: a call of an unknown tool was allowed")
+
+
+def check_sample(engine: Engine, item: CaseCalls) -> None:
+    """Raise CheckFailed unless every token of the grammar's sample, then EOS, is allowed and accepted, and the
+    first mask refuses some token (an engine that allows everything passes any sample)."""
+    compiled = _compile_checked(engine, item)
+    _force(engine, compiled, item)
+    session = engine.start(compiled)
+    session.fill_mask()
+    full_words = np.asarray(session.mask, dtype=np.int32).reshape(-1)[:-1]
+    if full_words.size and bool((full_words == -1).all()):
+        raise CheckFailed(f"{item.case.name}: the first mask allows every token")
 
 
 @dataclass
@@ -124,7 +156,7 @@ def _timed_round(engine: Engine, item: CaseCalls, tokens: Sequence[int], samples
     gc.collect()
     rss0 = rss_bytes()
     t0 = now_us()
-    compiled = engine.compile(item.case.tools)
+    compiled = item.case.compile(engine)
     samples.compile_ms.append((now_us() - t0) / 1000.0)
     t1 = now_us()
     session = engine.start(compiled)
@@ -172,10 +204,11 @@ def run_cell(
     """Check then time one engine on one workload's cases (and its batch path); fills and returns `result`."""
     tick = progress or (lambda _d, _n: None)
     batch = batch or BatchSettings()
+    check = check_sample if items and isinstance(items[0].case, GrammarCase) else check_engine
     passed, failed = [], []
     for item in items:
         try:
-            check_engine(engine, item)
+            check(engine, item)
             passed.append(item)
         except CheckFailed as exc:
             if not str(exc).startswith("compile "):
@@ -211,6 +244,11 @@ def run_cell(
     if batch.sizes:
         result.batch = run_batch(engine, passed, batch.sizes, batch.steps, batch.threads, batch.logits, tick)
     return result
+
+
+def is_grammar(workload: Workload) -> bool:
+    """Whether the workload's cases are grammars (`cfg-*`) rather than tool sets."""
+    return any(isinstance(case, GrammarCase) for case in workload.cases)
 
 
 def units(workloads: list[Workload], repeats: int, batch_sizes: Sequence[int] = ()) -> int:
@@ -258,6 +296,11 @@ def run(
             prep_ms = (now_us() - t0) / 1000.0
             for workload, row in zip(workloads, rows, strict=True):
                 row.prep_ms, row.version = prep_ms, cls.version()
+                if is_grammar(workload) and (why := cls.grammar_missing()) is not None:
+                    row.status, row.reason = "skipped", why
+                    _no_batch(row, batch)
+                    tick(f"{engine_name} {workload.name}: skipped", units([workload], repeats, batch.sizes))
+                    continue
                 done = [0]
 
                 def counted(description: str, n: int, done: list[int] = done) -> None:

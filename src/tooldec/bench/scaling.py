@@ -42,7 +42,7 @@ def _point(engine_name: str, tok_dir: str, n_tools: int, repeats: int) -> dict[s
         gc.collect()
         before = rss_bytes()
         t0 = now_us()
-        compiled = engine.compile(item.case.tools)
+        compiled = item.case.compile(engine)
         times.append((now_us() - t0) / 1000.0)
         session = engine.start(compiled)
         for token in item.calls[r % len(item.calls)]:

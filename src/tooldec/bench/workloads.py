@@ -1,5 +1,6 @@
 """The benchmark workloads by name: tool sets every engine compiles (`rich`, `funcqa`, `tools200`, `kamel234`,
-`bfcl-multiple`); a workload is one or more cases, each one tool set."""
+`bfcl-multiple`), and Lark grammars (`cfg-*`, `tooldec.bench.cfg`); a workload is one or more cases, each one tool
+set or one grammar."""
 
 from __future__ import annotations
 
@@ -9,11 +10,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tooldec.bench.cfg import CFG_NOTES, CFG_WORKLOADS, GrammarCase, grammar_case
 from tooldec.errors import ToolDecError
 from tooldec.specs import ToolSet, ToolSpec, from_openai_tools
 from tooldec.toolsets import funcqa_tools
+
+if TYPE_CHECKING:
+    from tooldec.bench.engines.base import BatchDriver, Engine
 
 TOOLS200_SEED = 200
 DEFAULT_BFCL_ENTRIES = 20
@@ -26,13 +31,22 @@ class Case:
     name: str
     tools: ToolSet
 
+    def compile(self, engine: Engine) -> Any:
+        """The engine's compile of one call of any tool of the set, every cache off."""
+        return engine.compile(self.tools)
+
+    def driver(self, engine: Engine, threads: int) -> BatchDriver:
+        """The engine's batch path for tool-call rows."""
+        return engine.batch(threads)
+
 
 @dataclass(frozen=True)
 class Workload:
-    """A named list of cases, plus a note on how it was built (sampling, skipped entries)."""
+    """A named list of cases (all tool sets or all grammars), plus a note on how it was built (sampling, skipped
+    entries)."""
 
     name: str
-    cases: tuple[Case, ...]
+    cases: tuple[Case, ...] | tuple[GrammarCase, ...]
     note: str = ""
 
 
@@ -138,7 +152,7 @@ def bfcl_cases(path: Path, max_entries: int = DEFAULT_BFCL_ENTRIES) -> tuple[lis
     return cases, note
 
 
-WORKLOAD_NAMES = ("rich", "funcqa", "tools200", "kamel234", "bfcl-multiple")
+WORKLOAD_NAMES = ("rich", "funcqa", "tools200", "kamel234", "bfcl-multiple", *CFG_WORKLOADS)
 
 
 def load_workload(name: str, shared: Path, *, bfcl_entries: int = DEFAULT_BFCL_ENTRIES) -> Workload:
@@ -151,6 +165,8 @@ def load_workload(name: str, shared: Path, *, bfcl_entries: int = DEFAULT_BFCL_E
     }
     if name in single:
         return Workload(name, (Case(name, single[name]()),))
+    if name in CFG_WORKLOADS:
+        return Workload(name, (grammar_case(name, shared),), CFG_NOTES[name])
     if name == "bfcl-multiple":
         cases, note = bfcl_cases(shared / "data" / "bfcl" / "BFCL_v4_multiple.json", bfcl_entries)
         return Workload(name, tuple(cases), note)

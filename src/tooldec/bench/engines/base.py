@@ -1,4 +1,5 @@
-"""What the runner needs from an engine: preparation per tokenizer, compile per tool set, a session per call."""
+"""What the runner needs from an engine: preparation per tokenizer, compile per tool set (or Lark grammar), a
+session per call."""
 
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ class Engine(ABC):
     modules: ClassVar[tuple[str, ...]] = ()
     batch_driver: ClassVar[type[BatchDriver] | None] = None
     """The class of `batch()`'s driver (its `methods` go into the report)."""
+    grammar_batch_driver: ClassVar[type[BatchDriver] | None] = None
+    """The class of `grammar_batch()`'s driver where it differs from `batch_driver` (None: the same)."""
 
     @classmethod
     def preload(cls) -> None:
@@ -83,6 +86,21 @@ class Engine(ABC):
     def batch(self, threads: int) -> BatchDriver:
         """The engine's batch path (fill a bitmask of many rows, apply it to logits), on `threads` threads."""
         raise NotImplementedError(f"{self.name} has no batch path")
+
+    @classmethod
+    def grammar_missing(cls) -> str | None:
+        """Why this installation cannot compile context-free grammars yet (the CFG workloads are then skipped),
+        or None."""
+        return None
+
+    def compile_grammar(self, grammar: str) -> Any:
+        """Compile a Lark grammar through the engine's own front end, every cache off; NotImplementedError where
+        the engine has none (the CFG workloads then report it failed, with the reason)."""
+        raise NotImplementedError(f"{self.name} has no context-free grammar engine")
+
+    def grammar_batch(self, threads: int) -> BatchDriver:
+        """The batch path for rows of compiled grammars (the tool-call one, unless the rows differ)."""
+        return self.batch(threads)
 
 
 class BatchDriver(ABC):

@@ -104,6 +104,15 @@ class LLGuidanceEngine(Engine):
             raise ToolDecError(f"llguidance: {matcher.get_error()}")
         return matcher
 
+    def compile_grammar(self, grammar: str) -> Any:
+        """grammar_from_lark (its Lark front end), then the LLMatcher that compiles it."""
+        import llguidance
+
+        matcher = llguidance.LLMatcher(self.tokenizer, llguidance.LLMatcher.grammar_from_lark(grammar), log_level=0)
+        if matcher.is_error():
+            raise ToolDecError(f"llguidance: {matcher.get_error()}")
+        return matcher
+
     def start(self, compiled: Any) -> LLGuidanceSession:
         """A deep copy of the compiled matcher at its start."""
         return LLGuidanceSession(compiled.deep_copy(), self.size)

@@ -130,6 +130,11 @@ class OutlinesEngine(Engine):
         regex = build_regex_from_schema(json.dumps(call_schema(tools)), whitespace_pattern=WHITESPACE)
         return outlines_core.Index(regex, self.vocabulary)
 
+    def compile_grammar(self, grammar: str) -> Any:
+        """Always NotImplementedError: outlines-core has no CFG engine (outlines hands CFGs to the other peers)."""
+        raise NotImplementedError("outlines-core has no context-free grammar engine (outlines' CFG backends are "
+                                  "llguidance and xgrammar)")
+
     def start(self, compiled: Any) -> OutlinesSession:
         """A fresh Guide."""
         return OutlinesSession(compiled, self.size, self.eos_id)

@@ -1,6 +1,6 @@
-"""tooldec itself through its public API: Vocabulary, Compiler.compile(cache off), Guide.fill_bitmask/advance;
-the batch path is the one decoding uses: a CallController per row, `fill_bitmasks` and
-`apply_token_bitmask_inplace`."""
+"""tooldec itself through its public API: Vocabulary, Compiler.compile(cache off) or Compiler.compile_grammar
+(Lark), Guide.fill_bitmask/advance; the batch path is the one decoding uses: a CallController per row (a guide per
+row for grammars), `fill_bitmasks` and `apply_token_bitmask_inplace`."""
 
 from __future__ import annotations
 
@@ -86,12 +86,39 @@ class TooldecBatch(BatchDriver):
         return out
 
 
+class TooldecGrammarBatch(TooldecBatch):
+    """The batch path of compiled CFGs: a guide per row (`compiled.guide()`), the same one-call fill and apply."""
+
+    methods: ClassVar[dict[str, str]] = {
+        "row": "Compiler.compile_grammar(...).guide()",
+        "fill": "tooldec.decoding.fill_bitmasks(guides, bitmask, threads=T) (one core call)",
+        "apply": "tooldec.decoding.sampling.apply_token_bitmask_inplace (compiled core kernel)",
+        "advance": "guide.advance per row",
+    }
+
+    def row(self, compiled: Any) -> Any:
+        """A fresh guide of the compiled grammar."""
+        return compiled.guide()
+
+    def advance(self, rows: list[Any], tokens: list[int]) -> list[bool]:
+        """advance per guide (False on TokenRejectedError)."""
+        out = []
+        for guide, token in zip(rows, tokens, strict=True):
+            try:
+                guide.advance(token)
+                out.append(True)
+            except TokenRejectedError:
+                out.append(False)
+        return out
+
+
 class TooldecEngine(Engine):
     """tooldec (the JSON call format, the grammar the peers get as a JSON Schema)."""
 
     name = "tooldec"
     package = "tooldec"
     batch_driver = TooldecBatch
+    grammar_batch_driver = TooldecGrammarBatch
 
     precompute: ClassVar[bool] = False
     """Whether a compile indexes every state up front (`Compiler.compile(precompute=True)`)."""
@@ -106,6 +133,18 @@ class TooldecEngine(Engine):
         clear_caches()
         return self.compiler.compile(tools, "json", use_cache=False, precompute=self.precompute)
 
+    @classmethod
+    def grammar_missing(cls) -> str | None:
+        """Why CFGs cannot run: the CFG guide (`Compiler.compile_grammar`) has not landed in this tooldec."""
+        if not hasattr(Compiler, "compile_grammar"):
+            return "tooldec.compiler.Compiler has no compile_grammar (the CFG guide is not in this build)"
+        return None
+
+    def compile_grammar(self, grammar: str) -> Any:
+        """compile_grammar(syntax="lark") from an empty compiler cache."""
+        self.compiler.clear_cache()
+        return self.compiler.compile_grammar(grammar, syntax="lark")  # type: ignore[attr-defined]
+
     def start(self, compiled: CompiledGrammar) -> TooldecSession:
         """A fresh guide."""
         return TooldecSession(compiled, self.vocab.size)
@@ -114,9 +153,18 @@ class TooldecEngine(Engine):
         """The decoding path's batch fill and apply."""
         return TooldecBatch(self.vocab.size, threads)
 
+    def grammar_batch(self, threads: int) -> TooldecGrammarBatch:
+        """The batch fill and apply over guides of a compiled grammar."""
+        return TooldecGrammarBatch(self.vocab.size, threads)
+
 
 class TooldecPrecomputeEngine(TooldecEngine):
     """tooldec with every state indexed at compile time (Outlines-style, all up front), against its lazy default."""
 
     name = "tooldec-precompute"
     precompute = True
+
+    @classmethod
+    def grammar_missing(cls) -> str | None:
+        """Always a reason: the CFG API has no precompute option, so this row would repeat tooldec's."""
+        return "the CFG API has no precompute option (see the tooldec row)"

@@ -97,6 +97,10 @@ class XGrammarEngine(Engine):
             call_schema(tools), any_whitespace=False, separators=(", ", ": "), strict_mode=True
         )
 
+    def compile_grammar(self, grammar: str) -> Any:
+        """compile_lark: xgrammar's own Lark front end (no conversion to its EBNF)."""
+        return self.compiler.compile_lark(grammar)
+
     def start(self, compiled: Any) -> XGrammarSession:
         """A fresh matcher."""
         return XGrammarSession(compiled, self.size)
