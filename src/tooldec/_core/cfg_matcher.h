@@ -11,6 +11,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -417,7 +418,7 @@ class Matcher {
     // The exits come grouped by (lexeme class, byte that starts the next lexeme): a group shares the parser's
     // step and the next lexer's first byte, so a group whose byte the next lexer refuses costs one check.
     Frame after, first;
-    int32_t cls = NO_CLASS - 1, byte = -1;
+    int32_t cls = INT32_MIN, byte = -1;  // no class yet (IGNORE_CLASS and NO_CLASS are negative too)
     for (size_t i = 0; i < walk.exit_node.size(); ++i) {
       const int32_t k0 = walk.exit_node[i];
       if (walk.exit_class[i] != cls) {
