@@ -728,3 +728,28 @@ def test_vllm_offline_payload_through_vllm_xargs(client: Any) -> None:
     assert text.startswith("<tool_call>\n") and "</tool_call>" in text, text
     check = SyntaxChecker(from_openai_tools(TOOLS), "hermes").classify(text[: text.index("</tool_call>") + 12])
     assert check.kind is None and check.call is not None and check.call.name == "add"
+
+
+ARITH = 'start: expr\nexpr: expr "+" term | term\nterm: term "*" factor | factor\nfactor: "(" expr ")" | /[0-9]+/\n'
+
+
+@pytest.mark.vllm
+def test_vllm_grammar_payload_guides_the_whole_answer(client: Any) -> None:
+    """`vllm_xargs={"tooldec_grammar": ...}`: the answer is a sentence of the grammar (lark parses it), streamed
+    too; a grammar that cannot be read is a 400 naming its line."""
+    import lark
+    import openai
+
+    from tooldec.integrations.batch import grammar_payload
+
+    kwargs: dict[str, Any] = {"model": "smollm2", "max_tokens": 48, "temperature": 0,
+                              "messages": [{"role": "user", "content": "What is 12 times 3 plus 4?"}]}
+    answer = client.chat.completions.create(extra_body={"vllm_xargs": grammar_payload(ARITH)}, **kwargs)
+    text = answer.choices[0].message.content or ""
+    assert answer.choices[0].finish_reason == "stop", text  # greedy SmolLM2 writes 12*3+4
+    lark.Lark(ARITH).parse(text)
+    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        stream=True, extra_body={"vllm_xargs": grammar_payload(ARITH)}, **kwargs) if c.choices)
+    assert streamed == text and text, text
+    with pytest.raises(openai.BadRequestError, match="line 2"):
+        client.chat.completions.create(extra_body={"vllm_xargs": grammar_payload('start: "a"\nb: (\n')}, **kwargs)

@@ -9,8 +9,13 @@ OpenAI request body's `vllm_xargs`, or `SamplingParams.extra_args`); the JSON ob
   call syntax, detected from its chat template when absent), `layout` ("compact" or "lines": whether a guided
   call's JSON may also be pretty-printed, Hermes only; the factory's default when absent) and `max_calls`.
 
-`tool_payload(...)` writes that entry. `PolicyFactory` turns a request into a `CallController` (one per model:
-it holds the compiler, whose compiled tool sets are cached) with the call formats of `tooldec serve`, the agents
+A request guided by a context-free grammar instead carries its text as `{"tooldec_grammar": "<Lark or GBNF>"}`
+(plain strings, as `vllm_xargs` values are), with `"tooldec_grammar_syntax": "lark" | "gbnf"` where the dialect
+should not be read from the text (GBNF when a line defines a rule with `::=`, Lark otherwise); the whole answer
+is then a sentence of the grammar. A request carries tools or a grammar, not both.
+
+`tool_payload(...)` and `grammar_payload(...)` write these entries; `read_request` reads either. `PolicyFactory` turns a request into a `CallController` (one per model:
+it holds the compiler, whose compiled tool sets and grammars are cached) with the call formats of `tooldec serve`, the agents
 and the evaluation: any of the syntax's triggers opens a call (Hermes/Qwen: `<tool_call>`, a Markdown
 ```` ```json ```` block or a bare `{"name": "`) and a call may name a tool by a unique suffix of its name
 (`with_aliases`); `tooldec.grammar.calls.call_blocks` finds such calls in text (for the vLLM tool parser, which
@@ -29,15 +34,16 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
 from tooldec.automaton.dfa import DEAD
 from tooldec.compiler import Compiler
 from tooldec.decoding.controller import CallController, MaskSource, Mode, accept_in_turn, fill_bitmasks
-from tooldec.errors import TokenRejectedError, ToolDecError
+from tooldec.errors import GrammarError, TokenRejectedError, ToolDecError
 from tooldec.grammar.calls import HERMES_BLOCKS, LAYOUTS, with_aliases
+from tooldec.grammar.cfg import load_grammar, sniff_syntax
 from tooldec.specs import ToolSet, from_openai_tools
 
 if TYPE_CHECKING:
@@ -47,6 +53,15 @@ log = logging.getLogger("tooldec.integrations")
 
 PAYLOAD_KEY = "tooldec"
 """The key of the request's extra arguments that holds its tool payload (a JSON string)."""
+
+GRAMMAR_KEY = "tooldec_grammar"
+"""The key of the request's extra arguments that holds a grammar guiding the whole answer (its text)."""
+
+GRAMMAR_SYNTAX_KEY = "tooldec_grammar_syntax"
+"""The key naming the grammar's dialect, "lark" or "gbnf" (read from the text when absent)."""
+
+GRAMMAR_SYNTAXES = ("lark", "gbnf")
+"""Dialects a grammar may be written in."""
 
 SYNTAXES = ("hermes", "llama31", "mistral")
 """Call syntaxes a request may name (those of `tooldec.agents.chat.CHAT_SYNTAXES`)."""
@@ -94,6 +109,61 @@ class ToolRequest:
         if not isinstance(payload, str):
             raise ToolRequestError(f"extra argument {PAYLOAD_KEY!r} must be a JSON string")
         return cls.from_payload(payload)
+
+
+@dataclass(frozen=True)
+class GrammarRequest:
+    """A request whose whole answer is a sentence of a context-free grammar: its text and dialect."""
+
+    text: str
+    syntax: Literal["lark", "gbnf"]
+
+    @classmethod
+    def from_extra_args(cls, extra_args: Mapping[str, Any] | None) -> GrammarRequest | None:
+        """The grammar in a request's extra arguments, or None when it carries none. Raises ToolRequestError
+        for a grammar that is not a string, an unknown dialect, or a grammar together with tools."""
+        if not extra_args or (GRAMMAR_KEY not in extra_args and GRAMMAR_SYNTAX_KEY not in extra_args):
+            return None
+        text = extra_args.get(GRAMMAR_KEY)
+        if not isinstance(text, str):
+            raise ToolRequestError(f"extra argument {GRAMMAR_KEY!r} must be the grammar's text (a string)")
+        if PAYLOAD_KEY in extra_args:
+            raise ToolRequestError(f"a request carries tools ({PAYLOAD_KEY!r}) or a grammar ({GRAMMAR_KEY!r}), "
+                                   "not both")
+        syntax = extra_args.get(GRAMMAR_SYNTAX_KEY) or sniff_syntax(text)
+        if syntax not in GRAMMAR_SYNTAXES:
+            raise ToolRequestError(f"unknown grammar syntax {syntax!r}; known: {', '.join(GRAMMAR_SYNTAXES)}")
+        return cls(text, cast(Literal["lark", "gbnf"], syntax))
+
+
+def read_request(extra_args: Mapping[str, Any] | None) -> ToolRequest | GrammarRequest | None:
+    """What a request's extra arguments ask of tooldec: tools, a grammar, or nothing (None).
+
+    Raises ToolRequestError for a malformed payload."""
+    return GrammarRequest.from_extra_args(extra_args) or ToolRequest.from_extra_args(extra_args)
+
+
+def grammar_payload(text: str, syntax: Literal["lark", "gbnf"] | None = None) -> dict[str, str]:
+    """The extra-arguments entries that guide a request's whole answer by a grammar (`syntax` read from the
+    text when None). Pass them as the request body's `vllm_xargs` or `SamplingParams(extra_args=...)`."""
+    payload = {GRAMMAR_KEY: text}
+    if syntax is not None:
+        payload[GRAMMAR_SYNTAX_KEY] = syntax
+    return payload
+
+
+@functools.lru_cache(maxsize=256)
+def check_grammar(text: str, syntax: Literal["lark", "gbnf"]) -> None:
+    """Read a grammar and build its terminals' automata (no vocabulary needed), so that a grammar tooldec cannot
+    guide is refused before the request runs. Raises GrammarError (a ValueError naming the line and column)."""
+    from tooldec import _core
+    from tooldec.automaton.compile import compile_dfas
+
+    grammar = load_grammar(text, syntax)
+    try:
+        compile_dfas([t.node for t in grammar.terminals])
+    except _core.AutomatonTooLarge as exc:
+        raise GrammarError(f"a terminal's automaton is too large: {exc}") from None
 
 
 def tool_payload(
@@ -332,12 +402,15 @@ class PolicyFactory:
         vocab = Vocabulary.from_hf(tokenizer, vocab_size=vocab_size)
         return cls(Compiler(vocab), syntax or detect_syntax(tokenizer), layout)
 
-    def policy(self, request: ToolRequest) -> CallController | CallsOnly:
-        """A fresh policy for one request: guided calls of its tools in its syntax, its tool_choice mode.
+    def policy(self, request: ToolRequest | GrammarRequest) -> CallController | CallsOnly:
+        """A fresh policy for one request: the whole answer guided by its grammar, or guided calls of its tools in
+        its syntax, its tool_choice mode.
 
         Any of the syntax's triggers opens a call ("none" bans the first, a ```` ```json ```` block stays text);
         a call may name a tool by its unique suffix. A required (or named) call with parallel calls in the
         Hermes syntax gets a CallsOnly: calls back to back, then EOS."""
+        if isinstance(request, GrammarRequest):
+            return CallController(self.compiler.compile_grammar(request.text, request.syntax))  # type: ignore[arg-type]
         syntax = request_syntax(request, self.syntax, self.layout)
         grammar = self.compiler.compile(request.call_tools, with_aliases(syntax.format, request.tools))
         parallel = syntax.parallel and request.parallel
@@ -368,7 +441,7 @@ class _Row:
     """One request in the batch: its policy, the engine's live list of its output tokens, how many of them the
     policy has taken, and whether guidance was given up (a token the mask did not allow was sampled)."""
 
-    request: ToolRequest
+    request: ToolRequest | GrammarRequest
     policy: CallController | CallsOnly | _EosOnly
     output: Sequence[int]
     seen: int = 0
@@ -395,11 +468,12 @@ class PolicyBatch:
 
     def add(self, row: int, extra_args: Mapping[str, Any] | None, output: Sequence[int]) -> None:
         """A request took `row` (replacing whatever was there). `output` is the engine's live list of its
-        generated tokens (non-empty when a preempted request comes back); requests without a payload are not
-        guided."""
+        generated tokens (non-empty when a preempted request comes back); requests without tools or a grammar
+        are not guided."""
         self.rows.pop(row, None)
+        request: ToolRequest | GrammarRequest | None
         try:
-            request = ToolRequest.from_extra_args(extra_args)
+            request = read_request(extra_args)
         except ToolRequestError as exc:  # validate_params refuses these; never fail the whole batch here
             self.log.error("tooldec: request at row %d not guided: %s", row, exc)
             return
@@ -409,7 +483,8 @@ class PolicyBatch:
         try:
             policy = self.factory.policy(request)
         except Exception as exc:  # noqa: BLE001 -- the engine step must go on for the other rows
-            self.log.error("tooldec: cannot compile the tools of the request at row %d, ending it: %s", row, exc)
+            self.log.error("tooldec: cannot compile the tools or grammar of the request at row %d, ending it: %s",
+                           row, exc)
             policy = _EosOnly(self.factory.prepared.eos_mask)
         self.rows[row] = _Row(request, policy, output)
 

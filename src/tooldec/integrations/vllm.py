@@ -16,7 +16,8 @@ Two pieces, both loaded by vLLM itself:
   that used a tool's unique suffix (`with_aliases`) by the tool's own name, streamed or not.
 
 Without the parser, a client may send the payload itself: `vllm_xargs=tool_payload(tools, tool_choice)` in the
-request body, or `SamplingParams(extra_args=tool_payload(...))` with the offline `LLM`.
+request body, or `SamplingParams(extra_args=tool_payload(...))` with the offline `LLM`. A whole answer guided by
+a Lark or GBNF grammar is asked the same way, with `grammar_payload(text)` (`{"tooldec_grammar": text}`).
 
 This module imports vLLM; `import tooldec` never imports it.
 """
@@ -46,10 +47,13 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from tooldec.grammar.calls import call_blocks, name_aliases
 from tooldec.integrations.batch import (
     PAYLOAD_KEY,
+    GrammarRequest,
     PolicyBatch,
     PolicyFactory,
     ToolRequest,
     check_compiles,
+    check_grammar,
+    grammar_payload,
     opening_overlap,
     tool_payload,
 )
@@ -58,7 +62,7 @@ if TYPE_CHECKING:
     from vllm import SamplingParams
     from vllm.config import VllmConfig
 
-__all__ = ["ToolDecLogitsProcessor", "ToolDecToolParser", "tool_payload"]
+__all__ = ["ToolDecLogitsProcessor", "ToolDecToolParser", "grammar_payload", "tool_payload"]
 
 log = init_logger("vllm.tooldec")  # vLLM's log configuration covers its own namespace
 
@@ -87,13 +91,19 @@ def _load_tokenizer(model_config: Any) -> Any:
 
 
 class ToolDecLogitsProcessor(LogitsProcessor):
-    """Masks the logits of every request carrying a tooldec payload to the tokens its policy allows."""
+    """Masks the logits of every request carrying a tooldec payload (tools or a grammar) to the tokens its policy
+    allows."""
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         """Refuse a malformed payload before the request runs (vLLM answers HTTP 400 with the message): bad
-        JSON, bad tools, an unknown named tool, a schema tooldec cannot enforce."""
+        JSON, bad tools, an unknown named tool, a schema tooldec cannot enforce, a grammar that cannot be read
+        (its line and column) or guided."""
         extra = sampling_params.extra_args
+        grammar = GrammarRequest.from_extra_args(extra)
+        if grammar is not None:
+            check_grammar(grammar.text, grammar.syntax)
+            return
         if not extra or PAYLOAD_KEY not in extra:
             return
         ToolRequest.from_extra_args(extra)  # refuses a payload that is not a JSON string

@@ -2,8 +2,9 @@
 
 Routes: `POST /v1/chat/completions` (streamed as server-sent events or not), `GET /v1/models`, `GET /health`.
 A request is checked (pydantic, then `plan_request`), its prompt rendered by the chat template, its grammar
-compiled in a thread (cached per tool set), and it joins the engine's running batch. Every error a client can
-cause is a 4xx with an OpenAI error object; the app never answers a client's mistake with a 500.
+compiled in a thread (cached per tool set, response schema or `structured_outputs.grammar`), and it joins the
+engine's running batch. Every error a client can cause is a 4xx with an OpenAI error object; the app never
+answers a client's mistake with a 500.
 """
 
 from __future__ import annotations
@@ -165,10 +166,7 @@ def create_app(lm: LoadedModel, config: ServeConfig | None = None) -> FastAPI:
         try:
             grammar = await asyncio.wait_for(asyncio.to_thread(plan.compile, lm.compiler), cfg.compile_timeout)
         except TimeoutError:
-            raise APIError(
-                f"the tool schemas did not compile within {cfg.compile_timeout:g} s", param="tools",
-                code="schema_too_complex",
-            ) from None
+            raise plan.timeout_error(cfg.compile_timeout) from None
         policy = plan.policy(grammar, template, lm.vocab)
         builder = OutputBuilder(lm.vocab, policy, kind=plan.kind, stop=plan.stop)
         job = Job(prompt, policy, plan.params, max_tokens, builder, stream=body.stream)

@@ -74,3 +74,8 @@ def tool_error(exc: Exception, prefix: str = "tools") -> APIError:
     else:
         code = "invalid_tool_schema"
     return APIError(str(exc), param=pointer_param(prefix, path), code=code)
+
+
+def grammar_error(exc: Exception) -> APIError:
+    """A grammar that cannot be read or guided (`GrammarError`: its message names the line and column) as a 400."""
+    return APIError(str(exc), param="structured_outputs.grammar", code="invalid_grammar")

@@ -21,7 +21,9 @@ from tooldec.decoding.controller import CallController, CallEvent, Mode
 from tooldec.decoding.trigger import Triggers
 from tooldec.serve.protocol import call_id
 
-Kind = Literal["tools", "json", "text"]
+Kind = Literal["tools", "json", "grammar", "text"]
+WHOLE: tuple[Kind, ...] = ("json", "grammar")
+"""Kinds whose whole output is the guided text, kept as written (no trigger, stop string or strip)."""
 
 _CALL_HEAD = re.compile(r'\{\s*"name":\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)":\s*(?=\S)')
 """The head of a JSON call in every chat syntax (Hermes, Llama-3.1, Mistral's list items), canonical or
@@ -103,7 +105,8 @@ class OutputBuilder:
     """Builds one row's message from its tokens (`on_token` runs in the stepping thread; `drain` and
     `finish` between steps).
 
-    `kind`: "tools" (content and calls), "json" (the whole output is a JSON value, the content) or "text".
+    `kind`: "tools" (content and calls), "json" (the whole output is a JSON value, the content), "grammar" (the
+    whole output is a sentence of a context-free grammar, the content) or "text".
     `stop`: stop strings, cut from the content with what follows them."""
 
     vocab: Any
@@ -139,7 +142,7 @@ class OutputBuilder:
         before, after = self._mode, getattr(self.policy, "mode", Mode.TEXT)
         self._mode = after
         data = b"" if token in self.vocab.eos_ids else (self.vocab.token_bytes[token] or b"")
-        if self.kind == "json":
+        if self.kind in WHOLE:
             self._content += data
             self._release(final=False)
             return
@@ -199,14 +202,14 @@ class OutputBuilder:
     def _release(self, *, final: bool) -> None:
         """Decode the content bytes that can no longer be a trigger or stop string and emit what is new."""
         data = bytes(self._content)
-        upto = len(data) if final or self.kind == "json" else len(data) - held_back(data, self._holds)
+        upto = len(data) if final or self.kind in WHOLE else len(data) - held_back(data, self._holds)
         if upto > self._released:
             self._text += self._decoder.decode(data[self._released : upto], final=final)
             self._released = upto
         elif final:
             self._text += self._decoder.decode(b"", final=True)
         text = self._text
-        if self.kind != "json":
+        if self.kind not in WHOLE:
             for s in self.stop:
                 if s and s in text:
                     text = text[: text.index(s)]

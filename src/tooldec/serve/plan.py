@@ -8,7 +8,10 @@ block). `tool_choice` maps to the CallController's mode as in `ChatAgent` ("auto
 trigger, after which the call is guided; "required": the first trigger is forced; a named function: only that
 tool, one call; "none": the first trigger is banned, and a ```` ```json ```` block stays content). With
 `parallel_tool_calls` the row goes back to text after a call (syntaxes that allow several calls in a turn),
-else it stops after one. `response_format` json_schema guides the whole answer by the schema's grammar.
+else it stops after one. `response_format` json_schema guides the whole answer by the schema's grammar, and
+vLLM's `structured_outputs.grammar` by a context-free grammar: GBNF when a line of it defines a rule with
+`::=`, Lark otherwise (`tooldec.grammar.cfg.sniff_syntax`). Its other keys (`regex`, `choice`, `json`, ...) are
+refused by name, not supported yet.
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tooldec.cfg_guide import CompiledCfg
 from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.decoding import CallController, FreeController, Policy
 from tooldec.decoding.sampling import SamplingParams
 from tooldec.errors import ToolDecError
 from tooldec.grammar.calls import FORMATS, CallFormat, JsonCall, ParallelCalls, with_aliases
-from tooldec.serve.errors import APIError, pointer_param, tool_error
-from tooldec.serve.output import Kind
+from tooldec.grammar.cfg import sniff_syntax
+from tooldec.serve.errors import APIError, grammar_error, pointer_param, tool_error
+from tooldec.serve.output import WHOLE, Kind
 from tooldec.serve.prompt import ChatTemplate
-from tooldec.serve.protocol import MAX_STOP, ChatCompletionRequest, NamedToolChoice
+from tooldec.serve.protocol import MAX_STOP, ChatCompletionRequest, NamedToolChoice, StructuredOutputs
 from tooldec.specs import ToolSet, from_openai_tools
 
 
@@ -43,10 +48,19 @@ class Plan:
     stop: tuple[str, ...]
     params: SamplingParams
     max_tokens: int | None
+    grammar: str | None = None
+    """The text of `structured_outputs.grammar` (kind "grammar")."""
 
-    def compile(self, compiler: Compiler) -> CompiledGrammar | None:
+    def compile(self, compiler: Compiler) -> CompiledGrammar | CompiledCfg | None:
         """The grammar this request decodes with (slow the first time for a tool set: run it in a thread);
-        raises APIError naming the tool and JSON path of a schema that cannot be compiled."""
+        raises APIError naming the tool and JSON path of a schema, or the line and column of a grammar, that
+        cannot be compiled."""
+        if self.kind == "grammar":
+            assert self.grammar is not None
+            try:
+                return compiler.compile_grammar(self.grammar, sniff_syntax(self.grammar))
+            except (ToolDecError, RecursionError) as exc:
+                raise grammar_error(exc) from exc
         if self.kind == "json":
             try:
                 return compiler.compile_schema(self.schema, additional_properties=not self.strict)
@@ -60,12 +74,23 @@ class Plan:
                 raise _located(exc, self.tools) from exc
         return None
 
-    def policy(self, grammar: CompiledGrammar | None, template: ChatTemplate, vocab: Any) -> Policy:
+    def timeout_error(self, seconds: float) -> APIError:
+        """The error of a compile that took longer than `seconds`, naming what did not compile."""
+        if self.kind == "grammar":
+            what, param, code = "grammar", "structured_outputs.grammar", "grammar_too_complex"
+        elif self.kind == "json":
+            what, param, code = "response schema", "response_format.json_schema.schema", "schema_too_complex"
+        else:
+            what, param, code = "tool schemas", "tools", "schema_too_complex"
+        return APIError(f"the {what} did not compile within {seconds:g} s", param=param, code=code)
+
+    def policy(self, grammar: CompiledGrammar | CompiledCfg | None, template: ChatTemplate, vocab: Any) -> Policy:
         """A fresh policy for one row."""
         if self.kind == "text" or grammar is None:
             return FreeController(vocab, None, stop=self.stop)
-        if self.kind == "json":
-            return CallController(grammar)
+        if self.kind in WHOLE:
+            return CallController(grammar)  # type: ignore[arg-type]  # a CompiledCfg guides like a grammar
+        assert isinstance(grammar, CompiledGrammar)
         syntax = template.syntax
         return CallController(
             grammar,
@@ -86,6 +111,21 @@ def _located(exc: Exception, tools: ToolSet) -> APIError:
         error.param = pointer_param(f"tools[{i}].function.parameters", "#" + path[len("#/parameters"):])
         return error
     return tool_error(exc)
+
+
+def _grammar(outputs: StructuredOutputs | None) -> str | None:
+    """The grammar text of `structured_outputs`, None without one; raises APIError naming a key not supported."""
+    if outputs is None:
+        return None
+    for key, value in (outputs.model_extra or {}).items():
+        if value is not None:
+            raise APIError(
+                f"structured_outputs.{key} is not supported yet (only structured_outputs.grammar)",
+                param=f"structured_outputs.{key}", code="unsupported_value",
+            )
+    if outputs.grammar is None:
+        raise APIError("structured_outputs needs a grammar", param="structured_outputs")
+    return outputs.grammar
 
 
 def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:
@@ -124,6 +164,18 @@ def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:
         raise APIError("tool_choice needs tools", param="tool_choice")
 
     fmt = req.response_format
+    grammar = _grammar(req.structured_outputs)
+    if grammar is not None:
+        if tools is not None and choice != "none":
+            raise APIError(
+                "structured_outputs.grammar together with callable tools is not supported; "
+                'use tool_choice "none" or leave out tools',
+                param="structured_outputs.grammar",
+            )
+        if fmt is not None and fmt.type != "text":
+            raise APIError("structured_outputs.grammar and response_format cannot both constrain the answer",
+                           param="structured_outputs.grammar")
+        return Plan("grammar", tools, None, "required", "stop", None, None, False, stop, params, max_tokens, grammar)
     if fmt is not None and fmt.type != "text":
         if tools is not None and choice != "none":
             raise APIError(

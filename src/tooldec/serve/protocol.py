@@ -3,6 +3,7 @@ response objects, streamed or not.
 
 Fields OpenAI defines that this server does not implement are refused with a 400 when they would change the
 answer (`n` > 1, `logprobs`, penalties other than 0), and ignored when they would not (`user`, `metadata`).
+vLLM's `structured_outputs` is read for its `grammar` (the openai client sends it through `extra_body`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,16 @@ class ResponseFormat(_Model):
     json_schema: JsonSchemaFormat | None = None
 
 
+class StructuredOutputs(BaseModel):
+    """vLLM's `structured_outputs`: `{"grammar": "<Lark or GBNF text>"}` guides the whole answer by the grammar.
+
+    Its other keys are kept (`model_extra`) so that the plan can refuse the ones not supported yet by name."""
+
+    model_config = ConfigDict(extra="allow")
+
+    grammar: str | None = None
+
+
 class StreamOptions(_Model):
     include_usage: bool = False
 
@@ -116,6 +127,7 @@ class ChatCompletionRequest(_Model):
     stream: bool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputs | None = None
     n: int = Field(default=1, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = None

@@ -1,0 +1,165 @@
+"""`tooldec serve` with vLLM's `structured_outputs.grammar`, through the real `openai` client (`extra_body`).
+
+The tiny random Llama of test_serve.py, with EOS boosted so that answers end: every sentence below is the
+guidance's doing, and `lark` (an independent parser) must accept each one that ended with "stop".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+lark = pytest.importorskip("lark")
+
+from test_serve import MODEL, USER, Server, _tokenizer
+
+from tooldec.backends.loader import LoadedModel
+from tooldec.grammar.cfg import sniff_syntax
+from tooldec.serve import ServeConfig, create_app
+from tooldec.vocab import Vocabulary
+
+ARITH = """
+start: expr
+expr: expr "+" term | expr "-" term | term
+term: term "*" factor | factor
+factor: "-" factor | "(" expr ")" | NUMBER
+NUMBER: /[0-9]+/
+%ignore " "
+"""
+"""Left-recursive arithmetic, in Lark."""
+
+LIST_GBNF = r"""
+root ::= "[" item ("," item)* "]"
+item ::= [0-9]+ | "\"" [a-z]* "\""
+"""
+"""A list of numbers and lower-case strings, in GBNF."""
+
+LIST_LARK = r"""
+start: "[" item ("," item)* "]"
+item: /[0-9]+/ | /"[a-z]*"/
+"""
+"""LIST_GBNF in Lark: the oracle its answers are checked with."""
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_llama) -> Iterator[LoadedModel]:  # type: ignore[no-untyped-def]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a 32-wide model: more threads only contend on a shared machine
+    hf = _tokenizer()
+    vocab = Vocabulary.from_hf(hf)
+    model = tiny_llama(vocab.size, seed=2)
+    boost = torch.zeros(vocab.size)
+    boost[hf.convert_tokens_to_ids("<|im_end|>")] = 3.0
+    model.lm_head.register_forward_hook(lambda _m, _i, out: out + boost)
+    yield LoadedModel(model, hf, vocab, MODEL, "test", 0.0)
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def server(lm: LoadedModel) -> Iterator[Server]:
+    app = create_app(lm, ServeConfig(model_name=MODEL, max_batch=4, default_max_tokens=64, max_model_len=2048))
+    with Server(app) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server: Server) -> Any:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def ask(client: Any, grammar: str, **kwargs: Any) -> Any:
+    return client.chat.completions.create(model=MODEL, messages=USER, max_tokens=kwargs.pop("max_tokens", 64),
+                                          extra_body={"structured_outputs": {"grammar": grammar}}, **kwargs)
+
+
+def streamed(client: Any, grammar: str, **kwargs: Any) -> tuple[str, str | None]:
+    """The content and finish_reason of a streamed answer."""
+    content, finish = "", None
+    for chunk in ask(client, grammar, stream=True, **kwargs):
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            finish = c.finish_reason or finish
+    return content, finish
+
+
+def test_the_syntax_is_read_from_the_text() -> None:
+    assert sniff_syntax(LIST_GBNF) == "gbnf" and sniff_syntax(ARITH) == "lark"
+    assert sniff_syntax('start: "a ::= b"') == "lark"
+    assert sniff_syntax("json-value ::= [0-9]") == "gbnf"
+
+
+@pytest.mark.parametrize(("grammar", "oracle"), [(ARITH, ARITH), (LIST_GBNF, LIST_LARK)], ids=["lark", "gbnf"])
+def test_sampled_answers_are_sentences_of_the_grammar(client: Any, grammar: str, oracle: str) -> None:
+    parser = lark.Lark(oracle, parser="earley")
+    ended = []
+    for seed in range(6):
+        answer = ask(client, grammar, temperature=1.0, seed=seed).choices[0]
+        assert not answer.message.tool_calls and answer.finish_reason in ("stop", "length")
+        if answer.finish_reason == "stop":
+            parser.parse(answer.message.content)
+            ended.append(answer.message.content)
+    assert len(ended) >= 3 and max(map(len, ended)) > 4, ended  # not only the shortest sentences
+
+
+@pytest.mark.parametrize("grammar", [ARITH, LIST_GBNF], ids=["lark", "gbnf"])
+def test_streamed_and_whole_answers_agree(client: Any, grammar: str) -> None:
+    for seed in range(2):
+        whole = ask(client, grammar, temperature=1.0, seed=seed).choices[0]
+        content, finish = streamed(client, grammar, temperature=1.0, seed=seed)
+        assert (content, finish) == (whole.message.content, whole.finish_reason)
+
+
+def test_a_cut_answer_is_a_prefix_and_says_length(client: Any) -> None:
+    answer = ask(client, LIST_GBNF, temperature=1.0, seed=0, max_tokens=1).choices[0]
+    assert answer.finish_reason == "length" and answer.message.content.startswith("[")
+
+
+def test_a_bad_grammar_is_a_400_naming_its_line_and_column(client: Any, server: Server) -> None:
+    for grammar, where in [("start: expr\nexpr: \"a\" (\n", "line 2"), ('root ::= "a"\nitem ::= [0-9\n', "line 2"),
+                           ("start: missing\n", "line 1")]:
+        resp = httpx.post(server.url + "/v1/chat/completions", timeout=60, json={
+            "model": MODEL, "messages": USER, "structured_outputs": {"grammar": grammar}})
+        assert resp.status_code == 400, resp.text
+        error = resp.json()["error"]
+        assert error["param"] == "structured_outputs.grammar" and error["code"] == "invalid_grammar", error
+        assert where in error["message"] and "column" in error["message"], error
+    with pytest.raises(openai.BadRequestError, match="line 1"):
+        ask(client, "start: missing\n")
+    assert ask(client, ARITH, temperature=0).choices[0].finish_reason in ("stop", "length")  # still serving
+
+
+@pytest.mark.parametrize(
+    ("outputs", "extra", "param", "words"),
+    [
+        ({"grammar": ARITH}, {"tools": [{"type": "function", "function": {"name": "f"}}]},
+         "structured_outputs.grammar", "callable tools"),
+        ({"grammar": ARITH}, {"response_format": {"type": "json_object"}}, "structured_outputs.grammar",
+         "response_format"),
+        ({"regex": "[0-9]+"}, {}, "structured_outputs.regex", "not supported yet"),
+        ({"grammar": ARITH, "choice": ["a", "b"]}, {}, "structured_outputs.choice", "not supported yet"),
+        ({"json": {"type": "object"}}, {}, "structured_outputs.json", "not supported yet"),
+        ({}, {}, "structured_outputs", "needs a grammar"),
+        ({"grammar": 3}, {}, "structured_outputs.grammar", "valid string"),
+    ],
+    ids=["tools", "response_format", "regex", "choice", "json", "empty", "not-a-string"],
+)
+def test_structured_outputs_it_cannot_honour_are_a_400(server: Server, outputs: dict[str, Any],
+                                                       extra: dict[str, Any], param: str, words: str) -> None:
+    resp = httpx.post(server.url + "/v1/chat/completions", timeout=60, json={
+        "model": MODEL, "messages": USER, "structured_outputs": outputs, **extra})
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == param and words in error["message"], error
+
+
+def test_a_grammar_with_tools_that_may_not_be_called(client: Any) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    answer = ask(client, ARITH, tools=tools, tool_choice="none", temperature=0).choices[0]
+    assert not answer.message.tool_calls
+    if answer.finish_reason == "stop":
+        lark.Lark(ARITH, parser="earley").parse(answer.message.content)
