@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cstdint>
 #include <map>
@@ -46,10 +47,15 @@ struct Lexer {
   std::vector<int32_t> accept_class;  // per state: the class of terminals a lexeme ending here is, or NO_CLASS
   std::vector<int32_t> width;        // per state: live bytes
   std::vector<int32_t> tuples;       // per state, each terminal's DFA state (n * terminals.size())
-  std::vector<uint8_t> plain_loop;   // per state: every plain byte (Vocab::plain) leads back to it
+  std::vector<std::array<uint64_t, 4>> loop;  // per state: the bytes that lead back to it
   std::vector<int32_t> shape;        // per state: the id of its live (terminal, DFA state) pairs, grammar-wide
   int32_t n = 0;
   int32_t step(int32_t q, uint8_t b) const { return trans[static_cast<size_t>(q) * 256 + b]; }
+  // Whether every byte in `bytes` keeps state q in place (then a trie subtree of those bytes stays in q).
+  bool keeps(int32_t q, const std::array<uint64_t, 4>& bytes) const {
+    const auto& l = loop[q];
+    return ((bytes[0] & ~l[0]) | (bytes[1] & ~l[1]) | (bytes[2] & ~l[2]) | (bytes[3] & ~l[3])) == 0;
+  }
 };
 
 // The vocabulary walk of one lexer state: tokens that stay inside the lexeme (packed), and the exits.
@@ -282,19 +288,17 @@ class Grammar {
     lx.accept_class.assign(lx.n, NO_CLASS);
     lx.width.assign(lx.n, 0);
     lx.tuples.assign(static_cast<size_t>(lx.n) * k, 0);
-    lx.plain_loop.assign(lx.n, 0);
+    lx.loop.assign(lx.n, {0, 0, 0, 0});
     lx.shape.assign(lx.n, -1);
     std::vector<int32_t> live;
     for (int32_t s = 1; s < lx.n; ++s) {
       std::copy(order[s].begin(), order[s].begin() + static_cast<std::ptrdiff_t>(k), lx.tuples.begin() + static_cast<std::ptrdiff_t>(s * k));
       if (s > 1) lx.accept_class[s] = resolve(terms, order[s]);
       const int32_t* r = lx.trans.data() + static_cast<size_t>(s) * 256;
-      bool loop = true;
       for (int b = 0; b < 256; ++b) {
         lx.width[s] += r[b] != 0;
-        if (b >= 0x20 && b < 0x7F && b != '"' && b != '\\') loop = loop && r[b] == s;
+        if (r[b] == s) lx.loop[s][b >> 6] |= 1ULL << (b & 63);
       }
-      lx.plain_loop[s] = loop ? 1 : 0;
       live.clear();
       for (size_t i = 0; i < k; ++i)
         if (order[s][i] != 0) {

@@ -89,9 +89,9 @@ class Compiled {
         k = v.node_end_[k];
         continue;
       }
-      // a state that plain bytes keep in place takes a subtree of plain bytes whole (a string's contents):
-      // all its tokens stay inside, none exits
-      const bool whole = lx->plain_loop[t] && v.plain_below_[k];
+      // a subtree whose bytes all keep the state in place is taken whole (a string's contents, an
+      // identifier's letters): all its tokens stay inside, none exits
+      const bool whole = v.node_end_[k] > k + 1 && lx->keeps(t, v.bytes_below_[k]);
       const int32_t last = whole ? v.tok_ptr_[v.node_end_[k]] : v.tok_ptr_[k + 1];
       for (int32_t j = v.tok_ptr_[k]; j < last; ++j) {
         bits[v.tok_[j] >> 5] |= 1u << (v.tok_[j] & 31);
@@ -448,7 +448,13 @@ class Matcher {
           k = v.node_end_[k];
           continue;
         }
-        for (int32_t j = v.tok_ptr_[k]; j < v.tok_ptr_[k + 1]; ++j) out.push_back(v.tok_[j]);
+        const bool whole = v.node_end_[k] > k + 1 && nf.lx->keeps(nf.q, v.bytes_below_[k]);
+        const int32_t last = whole ? v.tok_ptr_[v.node_end_[k]] : v.tok_ptr_[k + 1];
+        out.insert(out.end(), v.tok_.begin() + v.tok_ptr_[k], v.tok_.begin() + last);
+        if (whole) {
+          k = v.node_end_[k];
+          continue;
+        }
         stack[d] = nf;
         ++k;
       }

@@ -89,6 +89,7 @@ class Parser {
   // nullptr: then every expected terminal's whole minimal length counts.
   int64_t distance(int32_t s, const std::vector<int64_t>* t_rest) {
     std::lock_guard<std::mutex> lock(mutex_);
+    for (; up_done_ <= s; ++up_done_) sets_[up_done_]->up = up_table(*sets_[up_done_]);
     const EarleySet& set = *sets_.at(s);
     const int32_t nt = g_->n_terminals();
     int64_t best = set.accepting && t_rest == nullptr ? 0 : UNREACHABLE;
@@ -228,7 +229,6 @@ class Parser {
       if (it.pos == g_->aug_start() + 1) set->accepting = true;
     }
     set->termset = g_->termset(expected);
-    set->up = up_table(*set);
     const int32_t id = static_cast<int32_t>(sets_.size());
     items_ += static_cast<int64_t>(set->items.size());
     sets_.push_back(std::move(set));
@@ -271,6 +271,9 @@ class Parser {
   std::unordered_map<uint64_t, int32_t> memo_;
   int32_t initial_ = 0;
   int64_t items_ = 0;
+  // sets below this id have their `up` table: made on demand (only sampling asks for distances), in id order,
+  // since a set's table reads its origins', which are older
+  int32_t up_done_ = 0;
 };
 
 }  // namespace tooldec::cfg

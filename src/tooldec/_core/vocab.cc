@@ -98,10 +98,14 @@ void Vocab::build_trie() {
   const int32_t count = static_cast<int32_t>(node_byte_.size());
   plain_below_.assign(count, 1);
   deepest_below_.assign(node_depth_.begin(), node_depth_.end());
+  bytes_below_.assign(count, Mask{0, 0, 0, 0});
   for (int32_t k = count - 1; k >= 0; --k) {
+    Mask& below = bytes_below_[k];
     for (int32_t q = k + 1; q < node_end_[k]; q = node_end_[q]) {
       plain_below_[k] &= plain_below_[q] & static_cast<uint8_t>(plain(node_byte_[q]));
       deepest_below_[k] = std::max(deepest_below_[k], deepest_below_[q]);
+      for (int w = 0; w < 4; ++w) below[w] |= bytes_below_[q][w];
+      below[node_byte_[q] >> 6] |= 1ULL << (node_byte_[q] & 63);
     }
   }
   // a leaf has nothing to skip: leaving it out keeps the walk's branch on skips rare and predictable

@@ -76,6 +76,10 @@ class Vocab {
   // below it (itself if none). A walk in a state that plain bytes keep in place takes such a subtree whole.
   std::vector<uint8_t> plain_below_;
   std::vector<int32_t> deepest_below_;
+  // Per node: the bytes of the nodes strictly below it (32 bytes a node). A walk in a state that each of those
+  // bytes keeps in place takes the subtree whole (the context-free guide's lexeme walks: a string's contents,
+  // an identifier's letters).
+  std::vector<Mask> bytes_below_;
   static bool plain(uint8_t b) { return b >= 0x20 && b < 0x7F && b != '"' && b != '\\'; }
   int32_t max_len_ = 0;
   int32_t root_[256];  // the node of each first byte, or -1

@@ -19,6 +19,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 import numpy as np
 
 from tooldec import _core
+from tooldec.cfg_guide import CfgGuide, CompiledCfg
 from tooldec.compiler import CompiledGrammar
 from tooldec.decoding.trigger import Trigger, Triggers, make_trigger
 from tooldec.errors import TokenRejectedError
@@ -107,7 +108,7 @@ class _Snapshot(NamedTuple):
     mode: Mode
     tail: bytes
     recent: bytes
-    guide: Guide | None
+    guide: Guide | CfgGuide | None
     guide_tokens: int
     pending_trigger: tuple[int, ...]
     events: int
@@ -134,7 +135,7 @@ class CallController:
 
     def __init__(
         self,
-        grammar: CompiledGrammar,
+        grammar: CompiledGrammar | CompiledCfg,
         *,
         trigger: str | int | Sequence[str | int] | None = None,
         tool_choice: ToolChoice = "auto",
@@ -165,7 +166,7 @@ class CallController:
         self.tokens: list[int] = []
         self._tail = b""
         self._recent = b""
-        self._guide: Guide | None = None
+        self._guide: Guide | CfgGuide | None = None
         self._pending_trigger: list[int] = []
         self._history: list[_Snapshot] = []
         self._unspelled = ""  # a trigger the grammar does not spell, written before the call's text
@@ -183,7 +184,7 @@ class CallController:
         return self.mode is Mode.DONE
 
     @property
-    def guide(self) -> Guide | None:
+    def guide(self) -> Guide | CfgGuide | None:
         """The guide of the call being written, if any."""
         return self._guide
 

@@ -410,7 +410,7 @@ class PolicyFactory:
         a call may name a tool by its unique suffix. A required (or named) call with parallel calls in the
         Hermes syntax gets a CallsOnly: calls back to back, then EOS."""
         if isinstance(request, GrammarRequest):
-            return CallController(self.compiler.compile_grammar(request.text, request.syntax))  # type: ignore[arg-type]
+            return CallController(self.compiler.compile_grammar(request.text, request.syntax))
         syntax = request_syntax(request, self.syntax, self.layout)
         grammar = self.compiler.compile(request.call_tools, with_aliases(syntax.format, request.tools))
         parallel = syntax.parallel and request.parallel

@@ -89,7 +89,7 @@ class Plan:
         if self.kind == "text" or grammar is None:
             return FreeController(vocab, None, stop=self.stop)
         if self.kind in WHOLE:
-            return CallController(grammar)  # type: ignore[arg-type]  # a CompiledCfg guides like a grammar
+            return CallController(grammar)
         assert isinstance(grammar, CompiledGrammar)
         syntax = template.syntax
         return CallController(
