@@ -86,6 +86,9 @@ class CfgGuide:
         self._m = matcher if matcher is not None else _core.CfgMatcher(compiled.core)
         self._tokens: list[int] = []
         self._chunks: list[bytes] = []  # the bytes of each step (a token's, or those of one accept_bytes)
+        self._out: np.ndarray | None = None  # the last bitmask filled, kept alive with its data pointer and rows
+        self._out_at = self._out_rows = 0
+        self._row_bytes = compiled.prepared.words * 4
 
     @property
     def matcher(self) -> Any:
@@ -122,9 +125,16 @@ class CfgGuide:
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
         """Write the packed mask into row `row` of an `int32[batch, ceil(V/32)]` array."""
-        if out.dtype != np.int32 or not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("the bitmask must be a writable C-contiguous int32[batch, words] array")
-        self._m.fill(out, row)
+        if out is not self._out:  # checked once, then written through its data pointer (as Guide does)
+            words = self.compiled.prepared.words
+            if out.dtype != np.int32 or out.ndim != 2 or out.shape[1] != words or not out.flags.c_contiguous:
+                raise ValueError(f"the bitmask must be a C-contiguous int32[batch, {words}] array")
+            if not out.flags.writeable:
+                raise ValueError("the bitmask is read-only")
+            self._out, self._out_at, self._out_rows = out, out.ctypes.data, out.shape[0]
+        if not 0 <= row < self._out_rows:
+            raise IndexError(f"row {row} is not in a bitmask of {self._out_rows} rows")
+        self._m.fill_at(self._out_at + row * self._row_bytes)
 
     def mask_source(self) -> Any:
         """This sequence as a row source of the compiled batch fill (`tooldec.decoding.fill_bitmasks`)."""

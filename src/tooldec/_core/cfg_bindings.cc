@@ -183,6 +183,15 @@ void register_cfg(py::module_& m) {
           },
           py::arg("ids"))
       .def(
+          "fill_at",
+          [](Matcher& self, uintptr_t ptr) {
+            if (ptr == 0) throw std::invalid_argument("a null bitmask row");
+            py::gil_scoped_release r;
+            self.fill(reinterpret_cast<int32_t*>(ptr));
+          },
+          "fill() into int32[words] at a data pointer the caller checked (CfgGuide.fill_bitmask keeps its array's)",
+          py::arg("ptr"))
+      .def(
           "fill",
           [](Matcher& self, py::array_t<int32_t, py::array::c_style> out, int64_t row) {
             if (out.ndim() != 2 || row < 0 || row >= out.shape(0))

@@ -64,6 +64,8 @@ struct LexemeWalk {
   // trie nodes whose byte starts the next lexeme, and the class of the lexeme ended there, sorted by (class,
   // node's byte, node)
   std::vector<int32_t> exit_node, exit_class;
+  // the exits in runs of one (class, byte): run r is exit_node[run_begin[r] .. run_begin[r + 1])
+  std::vector<int32_t> run_begin;
 };
 
 class Grammar {
@@ -140,19 +142,19 @@ class Grammar {
     return classes_.at(c);
   }
 
-  // The id of a termset (expected terminals, ascending; the ignored ones are added here), interned.
+  // The id of a termset (expected terminals, ascending; its lexer adds the ignored ones), interned.
   int32_t termset(const std::vector<int32_t>& expected) {
-    std::vector<int32_t> key(expected);
-    key.insert(key.end(), ignore_.begin(), ignore_.end());
-    std::sort(key.begin(), key.end());
-    key.erase(std::unique(key.begin(), key.end()), key.end());
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = termset_ids_.find(key);
+    auto it = termset_ids_.find(expected);
     if (it != termset_ids_.end()) return it->second;
     const int32_t id = static_cast<int32_t>(lexers_.size());
-    termset_ids_.emplace(key, id);
+    termset_ids_.emplace(expected, id);
+    std::vector<int32_t> terms(expected);
+    terms.insert(terms.end(), ignore_.begin(), ignore_.end());
+    std::sort(terms.begin(), terms.end());
+    terms.erase(std::unique(terms.begin(), terms.end()), terms.end());
     auto lx = std::make_unique<Lexer>();
-    lx->terminals = std::move(key);
+    lx->terminals = std::move(terms);
     lexers_.push_back(std::move(lx));
     built_.push_back(0);
     return id;
@@ -324,7 +326,7 @@ class Grammar {
   int32_t aug_start_ = 0;
 
   mutable std::mutex mutex_;
-  std::map<std::vector<int32_t>, int32_t> termset_ids_;
+  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> termset_ids_;
   std::vector<std::unique_ptr<Lexer>> lexers_;
   std::vector<uint8_t> built_;
   std::map<std::vector<int32_t>, int32_t> class_ids_;

@@ -122,6 +122,11 @@ class Compiled {
     }
     w->exit_node = std::move(nodes);
     w->exit_class = std::move(classes);
+    for (size_t i = 0; i < w->exit_node.size(); ++i)
+      if (i == 0 || w->exit_class[i] != w->exit_class[i - 1] ||
+          v.node_byte_[w->exit_node[i]] != v.node_byte_[w->exit_node[i - 1]])
+        w->run_begin.push_back(static_cast<int32_t>(i));
+    w->run_begin.push_back(static_cast<int32_t>(w->exit_node.size()));
     return g_->offer_walk(lx->shape[q], std::move(w));
   }
 
@@ -414,49 +419,47 @@ class Matcher {
   // the exit node, walked through lexer and parser (a stack of frames by depth, no recursion).
   void cross(const Frame& f, const LexemeWalk& walk, std::vector<int32_t>& out) {
     const Vocab& v = c_->vocab();
-    std::vector<Frame> stack(static_cast<size_t>(v.max_len_) + 1);
-    // The exits come grouped by (lexeme class, byte that starts the next lexeme): a group shares the parser's
-    // step and the next lexer's first byte, so a group whose byte the next lexer refuses costs one check.
-    Frame after, first;
-    int32_t cls = INT32_MIN, byte = -1;  // no class yet (IGNORE_CLASS and NO_CLASS are negative too)
-    for (size_t i = 0; i < walk.exit_node.size(); ++i) {
-      const int32_t k0 = walk.exit_node[i];
-      if (walk.exit_class[i] != cls) {
-        cls = walk.exit_class[i];
+    std::vector<Frame>& stack = stack_;
+    stack.resize(static_cast<size_t>(v.max_len_) + 1);
+    // The exits come in runs of one (lexeme class, byte that starts the next lexeme): a run shares the parser's
+    // step and the next lexer's first byte, so a run whose byte the next lexer refuses costs one check.
+    Frame after;
+    int32_t cls = INT32_MIN;  // no class yet (IGNORE_CLASS and NO_CLASS are negative too)
+    for (size_t r = 0; r + 1 < walk.run_begin.size(); ++r) {
+      const int32_t lo = walk.run_begin[r], hi = walk.run_begin[r + 1];
+      if (walk.exit_class[lo] != cls) {
+        cls = walk.exit_class[lo];
         after = after_lexeme(f, cls);
-        byte = -1;
       }
       if (!after.alive()) continue;
-      if (v.node_byte_[k0] != byte) {
-        byte = v.node_byte_[k0];
-        first = Frame{};
-        const int32_t q = after.lx->step(1, static_cast<uint8_t>(byte));
-        if (q != 0) {
-          first = after;
-          first.q = q;
-          first = settle(first);
-        }
-      }
+      const int32_t q = after.lx->step(1, v.node_byte_[walk.exit_node[lo]]);
+      if (q == 0) continue;
+      Frame first = after;
+      first.q = q;
+      first = settle(first);
       if (!first.alive()) continue;
-      for (int32_t j = v.tok_ptr_[k0]; j < v.tok_ptr_[k0 + 1]; ++j) out.push_back(v.tok_[j]);
-      stack[v.node_depth_[k0]] = first;
-      const int32_t end = v.node_end_[k0];
-      for (int32_t k = k0 + 1; k < end;) {
-        const int32_t d = v.node_depth_[k];
-        const Frame nf = step(stack[d - 1], v.node_byte_[k]);
-        if (!nf.alive()) {
-          k = v.node_end_[k];
-          continue;
+      for (int32_t i = lo; i < hi; ++i) {
+        const int32_t k0 = walk.exit_node[i];
+        out.insert(out.end(), v.tok_.begin() + v.tok_ptr_[k0], v.tok_.begin() + v.tok_ptr_[k0 + 1]);
+        stack[v.node_depth_[k0]] = first;
+        const int32_t end = v.node_end_[k0];
+        for (int32_t k = k0 + 1; k < end;) {
+          const int32_t d = v.node_depth_[k];
+          const Frame nf = step(stack[d - 1], v.node_byte_[k]);
+          if (!nf.alive()) {
+            k = v.node_end_[k];
+            continue;
+          }
+          const bool whole = v.node_end_[k] > k + 1 && nf.lx->keeps(nf.q, v.bytes_below_[k]);
+          const int32_t last = whole ? v.tok_ptr_[v.node_end_[k]] : v.tok_ptr_[k + 1];
+          out.insert(out.end(), v.tok_.begin() + v.tok_ptr_[k], v.tok_.begin() + last);
+          if (whole) {
+            k = v.node_end_[k];
+            continue;
+          }
+          stack[d] = nf;
+          ++k;
         }
-        const bool whole = v.node_end_[k] > k + 1 && nf.lx->keeps(nf.q, v.bytes_below_[k]);
-        const int32_t last = whole ? v.tok_ptr_[v.node_end_[k]] : v.tok_ptr_[k + 1];
-        out.insert(out.end(), v.tok_.begin() + v.tok_ptr_[k], v.tok_.begin() + last);
-        if (whole) {
-          k = v.node_end_[k];
-          continue;
-        }
-        stack[d] = nf;
-        ++k;
       }
     }
   }
@@ -494,6 +497,7 @@ class Matcher {
   // this sequence's own memo of the parser's steps (set, lexeme class) -> frame: the shared parser's answer
   // costs a lock and a lookup, and a mask's walk asks the same few questions at thousands of trie nodes
   std::unordered_map<uint64_t, Frame> after_;
+  std::vector<Frame> stack_;  // the crossing walk's frames by depth, kept between fills
 };
 
 }  // namespace tooldec::cfg

@@ -29,6 +29,48 @@ struct Item {
   int32_t pos, origin;
 };
 
+// A set of packed items for one closure: open addressing, cleared in time proportional to what it holds, its
+// memory kept from closure to closure (a closure makes tens of items; a node-based set allocated for each).
+class ItemSet {
+ public:
+  void clear() {
+    for (uint32_t u : used_) slots_[u] = EMPTY;
+    used_.clear();
+    if (slots_.empty()) slots_.assign(64, EMPTY);
+  }
+  // Adds x; false when it was there already.
+  bool insert(uint64_t x) {
+    if ((used_.size() + 1) * 2 > slots_.size()) grow();
+    const size_t mask = slots_.size() - 1;
+    for (size_t h = mix(x) & mask;; h = (h + 1) & mask) {
+      if (slots_[h] == x) return false;
+      if (slots_[h] == EMPTY) {
+        slots_[h] = x;
+        used_.push_back(static_cast<uint32_t>(h));
+        return true;
+      }
+    }
+  }
+
+ private:
+  static constexpr uint64_t EMPTY = ~0ULL;  // no item packs to it: a position is never -1
+  static size_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    return static_cast<size_t>(x ^ (x >> 33));
+  }
+  void grow() {
+    std::vector<uint64_t> held;
+    held.reserve(used_.size());
+    for (uint32_t u : used_) held.push_back(slots_[u]);
+    slots_.assign(std::max<size_t>(64, slots_.size() * 2), EMPTY);
+    used_.clear();
+    for (uint64_t x : held) insert(x);
+  }
+  std::vector<uint64_t> slots_;
+  std::vector<uint32_t> used_;
+};
+
 struct EarleySet {
   std::vector<Item> items;   // sorted by (key of the symbol after the dot, pos, origin)
   std::vector<int32_t> keys;  // the key of each item, alongside
@@ -49,6 +91,7 @@ class Parser {
   Parser(std::shared_ptr<Grammar> g, std::vector<int64_t> term_minlen)
       : g_(std::move(g)), term_minlen_(std::move(term_minlen)) {
     sets_.push_back(std::make_unique<EarleySet>());  // the dead set
+    same_hash_.push_back(-1);
     nt_minlen_ = nonterminal_minlen();
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<Item> kernel{{g_->aug_start(), SELF}};
@@ -71,7 +114,8 @@ class Parser {
     const std::vector<int32_t> terms = g_->class_terminals(cls);
     std::lock_guard<std::mutex> lock(mutex_);
     const EarleySet& from = *sets_.at(s);
-    std::vector<Item> kernel;
+    std::vector<Item>& kernel = kernel_;
+    kernel.clear();
     for (int32_t t : terms) {
       auto [lo, hi] = std::equal_range(from.keys.begin(), from.keys.end(), t);
       for (auto k = lo; k != hi; ++k) {
@@ -164,16 +208,17 @@ class Parser {
   // Earley closure of a kernel (predict, complete), then the set's summary, interned. Caller holds the mutex.
   int32_t close_and_intern(std::vector<Item>& out) {
     const int32_t nt = g_->n_terminals();
-    std::unordered_map<uint64_t, char> seen;
-    seen.reserve(out.size() * 4 + 16);
-    std::vector<uint8_t> predicted(g_->n_nonterminals(), 0);
+    seen_.clear();
+    if (predicted_.empty()) predicted_.assign(g_->n_nonterminals(), 0);
+    const int32_t stamp = ++stamp_;
     auto pack = [](const Item& it) {
       return (static_cast<uint64_t>(static_cast<uint32_t>(it.pos)) << 32) | static_cast<uint32_t>(it.origin);
     };
     std::vector<Item> kernel;
     kernel.swap(out);
+    out.reserve(kernel.size() * 4);
     auto add = [&](Item it) {
-      if (seen.emplace(pack(it), 0).second) {
+      if (seen_.insert(pack(it))) {
         out.push_back(it);
         if (static_cast<int64_t>(out.size()) > g_->max_items())
           throw GrammarTooLarge("an Earley set would exceed " + std::to_string(g_->max_items()) +
@@ -195,8 +240,8 @@ class Parser {
         }
       } else if (key >= nt) {
         const int32_t N = key - nt;
-        if (!predicted[N]) {
-          predicted[N] = 1;
+        if (predicted_[N] != stamp) {
+          predicted_[N] = stamp;
           for (int32_t r : g_->rules_of(N)) add({g_->rule_first(r), SELF});
         }
         if (g_->nullable(N)) add({it.pos + 1, it.origin});
@@ -210,8 +255,8 @@ class Parser {
     });
     uint64_t h = 1469598103934665603ULL;
     for (const Item& it : out) h = (h ^ pack(it)) * 1099511628211ULL;
-    auto& bucket = intern_[h];
-    for (int32_t id : bucket) {
+    auto head = intern_.emplace(h, -1).first;
+    for (int32_t id = head->second; id >= 0; id = same_hash_[id]) {
       const auto& other = sets_[id]->items;
       if (other.size() == out.size() &&
           std::equal(other.begin(), other.end(), out.begin(),
@@ -232,7 +277,8 @@ class Parser {
     const int32_t id = static_cast<int32_t>(sets_.size());
     items_ += static_cast<int64_t>(set->items.size());
     sets_.push_back(std::move(set));
-    bucket.push_back(id);
+    same_hash_.push_back(head->second);
+    head->second = id;
     return id;
   }
 
@@ -267,10 +313,16 @@ class Parser {
   std::vector<int64_t> term_minlen_, nt_minlen_;
   std::mutex mutex_;
   std::vector<std::unique_ptr<EarleySet>> sets_;
-  std::unordered_map<uint64_t, std::vector<int32_t>> intern_;
+  std::unordered_map<uint64_t, int32_t> intern_;  // content hash -> the newest set with it
+  std::vector<int32_t> same_hash_;                 // per set, the next older set of its hash (or -1)
   std::unordered_map<uint64_t, int32_t> memo_;
   int32_t initial_ = 0;
   int64_t items_ = 0;
+  // scratch of the closures, kept between them (the mutex is held while they are used)
+  std::vector<Item> kernel_;
+  ItemSet seen_;
+  std::vector<int32_t> predicted_;  // per nonterminal, the stamp of the closure that predicted it
+  int32_t stamp_ = 0;
   // sets below this id have their `up` table: made on demand (only sampling asks for distances), in id order,
   // since a set's table reads its origins', which are older
   int32_t up_done_ = 0;
