@@ -245,9 +245,13 @@ void fill_bitmasks(py::array_t<int32_t, py::array::c_style> out, py::list source
     if (src.is_none()) {
     } else if (py::isinstance<py::tuple>(src)) {
       auto tup = src.cast<py::tuple>();
-      if (tup.size() != 2 || !py::isinstance<Index>(tup[0]))
+      if (tup.size() != 2) invalid("a guided row's mask source is (index, state)");
+      try {  // the cast checks the type (an isinstance first would cost a type lookup per row)
+        j.index = tup[0].cast<Index*>();
+      } catch (const py::cast_error&) {
         invalid("a guided row's mask source is (index, state)");
-      j.index = tup[0].cast<Index*>();
+      }
+      if (j.index == nullptr) invalid("a guided row's mask source is (index, state), not (None, state)");
       const int64_t state = as_int64(tup[1], "a state");
       if (j.index->words() != W) invalid("the bitmask width does not match the vocabulary");
       check_state(*j.index, state, true);  // here: a worker may not throw
