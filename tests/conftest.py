@@ -10,6 +10,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import settings
 
+if os.environ.get("TOOLDEC_CORE"):  # the sanitizer tier (tests/sanitize/run.sh): this build of the compiled core
+    import importlib.util
+    import sys
+
+    _spec = importlib.util.spec_from_file_location("tooldec._core", os.environ["TOOLDEC_CORE"])
+    assert _spec is not None and _spec.loader is not None
+    _module = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_module)
+    sys.modules["tooldec._core"] = _module  # before tooldec imports the installed one
+
 if TYPE_CHECKING:
     from tooldec.vocab import Vocabulary
 

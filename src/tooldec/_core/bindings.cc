@@ -40,6 +40,15 @@ carray<T> as_array(py::handle value, const char* what) {
   return got;
 }
 
+// `value` as an int64 (a Python int or anything with __index__ in range), or TypeError.
+int64_t as_int64(py::handle value, const char* what) {
+  try {
+    return value.cast<int64_t>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(std::string(what) + " is not an integer from -2**63 to 2**63 - 1");
+  }
+}
+
 // A bound on a size or state count, as Python gives it: from 1 to int32's largest.
 void check_limit(int64_t value, const char* what) {
   if (value < 1 || value > INT32_LIMIT) invalid(std::string(what) + " must be from 1 to 2**31 - 1");
@@ -80,7 +89,7 @@ struct HeldDfas {
       trans.push_back(as_array<int32_t>(d[0], "a DFA's trans"));
       classes.push_back(as_array<uint8_t>(d[1], "a DFA's classes"));
       accepting.push_back(as_array<bool>(d[2], "a DFA's accepting"));
-      views.push_back(check_dfa(trans.back(), classes.back(), accepting.back(), d[3].cast<int64_t>()));
+      views.push_back(check_dfa(trans.back(), classes.back(), accepting.back(), as_int64(d[3], "a DFA's start")));
     }
   }
 };
@@ -244,10 +253,14 @@ void fill_bitmasks(py::array_t<int32_t, py::array::c_style> out, py::list source
       if (!matchers.insert(j.matcher).second) threads = 1;
     } else if (py::isinstance<py::tuple>(src)) {
       auto tup = src.cast<py::tuple>();
-      if (tup.size() != 2 || !py::isinstance<Index>(tup[0]))
+      if (tup.size() != 2) invalid("a guided row's mask source is (index, state)");
+      try {  // the cast checks the type (an isinstance first would cost a type lookup per row)
+        j.index = tup[0].cast<Index*>();
+      } catch (const py::cast_error&) {
         invalid("a guided row's mask source is (index, state)");
-      j.index = tup[0].cast<Index*>();
-      const int64_t state = tup[1].cast<int64_t>();
+      }
+      if (j.index == nullptr) invalid("a guided row's mask source is (index, state), not (None, state)");
+      const int64_t state = as_int64(tup[1], "a state");
       if (j.index->words() != W) invalid("the bitmask width does not match the vocabulary");
       check_state(*j.index, state, true);  // here: a worker may not throw
       j.state = static_cast<int32_t>(state);

@@ -43,9 +43,10 @@ constexpr size_t REGION_CACHE_SIZE = 256;
 // Bounds the bindings enforce, so that no argument can overflow an index or the stack.
 // Tokens in a vocabulary: ids and mask words stay far inside int32 (the largest tokenizers hold ~256k).
 constexpr int64_t MAX_VOCAB_SIZE = int64_t{1} << 24;
-// Nesting of a grammar IR: the Thompson construction recurses once per level (the Python side builds the table
-// recursively too, so real grammars stay far below this).
-constexpr int32_t MAX_IR_DEPTH = 10000;
+// Nesting of a grammar IR: the Thompson construction recurses once per level, and a thread's stack must hold it
+// under AddressSanitizer too (5,000 levels overflowed 8 MB there). The Python side builds the table recursively,
+// within Python's recursion limit (1,000), so real grammars stay below this.
+constexpr int32_t MAX_IR_DEPTH = 1500;
 // Threads one call may start.
 constexpr int MAX_THREADS = 256;
 
