@@ -18,14 +18,36 @@ namespace {
 
 // One terminal's DFA from (trans int32[n, nc], classes uint8[256], accepting bool[n], start), checked and made
 // dense; the fewest bytes from each state to acceptance come with it.
+// `value` as a C-contiguous array of T (converted where numpy can), or TypeError naming `what`.
+template <typename T>
+carray<T> array_of(py::handle value, const std::string& what) {
+  carray<T> got;
+  try {
+    got = carray<T>::ensure(value);
+  } catch (const py::error_already_set&) {
+  }
+  if (!got) {
+    PyErr_Clear();
+    throw py::type_error(what + " is not an array of numbers that fit");
+  }
+  return got;
+}
+
 TerminalDfa read_terminal(const py::handle& h, size_t index, std::vector<int64_t>& dist) {
   const std::string name = "terminal " + std::to_string(index);
-  auto tup = h.cast<py::tuple>();
+  if (!py::isinstance<py::tuple>(h) && !py::isinstance<py::list>(h))
+    throw py::type_error(name + ": expected (trans, classes, accepting, start)");
+  auto tup = py::reinterpret_borrow<py::sequence>(h);
   if (tup.size() != 4) throw std::invalid_argument(name + ": expected (trans, classes, accepting, start)");
-  auto trans = tup[0].cast<carray<int32_t>>();
-  auto classes = tup[1].cast<carray<uint8_t>>();
-  auto accepting = tup[2].cast<carray<bool>>();
-  const int64_t start = tup[3].cast<int64_t>();
+  auto trans = array_of<int32_t>(tup[0], name + ": trans");
+  auto classes = array_of<uint8_t>(tup[1], name + ": classes");
+  auto accepting = array_of<bool>(tup[2], name + ": accepting");
+  int64_t start = 0;
+  try {
+    start = tup[3].cast<int64_t>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(name + ": start is not an integer from -2**63 to 2**63 - 1");
+  }
   if (trans.ndim() != 2 || classes.ndim() != 1 || accepting.ndim() != 1)
     throw std::invalid_argument(name + ": trans must be 2-D, classes and accepting 1-D");
   const int64_t n = trans.shape(0), nc = trans.shape(1);
