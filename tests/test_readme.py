@@ -28,3 +28,13 @@ def test_readme_model_example_makes_a_valid_call(capsys: pytest.CaptureFixture[s
     exec(compile(block, "README.md", "exec"), {"__name__": "readme"})  # noqa: S102 - runs our own README
     name, _, args = capsys.readouterr().out.strip().splitlines()[-1].partition(" ")
     assert name in ("multiply", "add") and set(eval(args)) == {"a", "b"}
+
+
+def test_readme_grammar_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    lark = pytest.importorskip("lark")
+    block = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)[2]
+    namespace: dict[str, object] = {"__name__": "readme"}
+    exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102 - runs our own README
+    accepted, sentence = capsys.readouterr().out.splitlines()[:2]
+    assert accepted == "True"
+    lark.Lark(str(namespace["grammar"]), parser="lalr").parse(sentence)

@@ -204,8 +204,18 @@ def _checked(node: Node, name: str, shown: str) -> Node:
     return node
 
 
+# Lark idioms whose lexemes, as Lark's lexer cuts them (`re.match`, lazy quantifiers), form a regular language that
+# the pattern's own full-match language is not: the lexeme language stands in for the pattern. common.lark's
+# ESCAPED_STRING ends at the first quote after an even run of backslashes, and holds no newline.
+LEXEME_IDIOMS = {
+    r'".*?(?<!\\)(\\\\)*?"': r'"(?:[^"\\\n]|\\.)*"',
+}
+
+
 def regex_ir(pattern: str, flags: Iterable[str] = (), *, name: str) -> Node:
-    """The UTF-8 byte strings that `re.fullmatch(pattern, text, flags)` accepts, as IR; GrammarError if refused."""
+    """The UTF-8 byte strings that `re.fullmatch(pattern, text, flags)` accepts, as IR (for the idioms of
+    LEXEME_IDIOMS: the lexemes Lark's lexer cuts with it); GrammarError if refused."""
+    pattern = LEXEME_IDIOMS.get(pattern, pattern)
     bits = _flag_bits(flags, name)
     shown = f"/{pattern}/" + "".join(sorted(flags))
     try:
