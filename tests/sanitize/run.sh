@@ -22,6 +22,6 @@ export LD_PRELOAD="$asan:$stdcxx${LD_PRELOAD:+:$LD_PRELOAD}"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:${UBSAN_OPTIONS:-}"
 cd "$root"
-"$python" -m pytest -x -q -p no:cacheprovider --capture=sys \
+HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}" "$python" -m pytest -x -q -p no:cacheprovider --capture=sys \
   tests/test_core_fuzz.py tests/test_cfg_core_fuzz.py tests/test_automaton.py tests/test_index.py tests/test_vocab.py \
   tests/test_compiler.py tests/test_decoding.py tests/test_cfg_guide.py tests/test_cfg_properties.py "$@"
