@@ -35,6 +35,7 @@ constexpr int64_t PARSER_ITEMS_LIMIT = 50'000'000;  // past this, new guides sta
 // The tokens that cross a lexeme boundary, per (Earley set, lexer state), bounded (cleared when full).
 class CrossingCache {
  public:
+  CrossingCache() { map_.reserve(4096); }  // a rehash of thousands of entries is a step's worth of time
   std::shared_ptr<const std::vector<int32_t>> get(uint64_t key) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = map_.find(key);

@@ -90,6 +90,11 @@ class Parser {
  public:
   Parser(std::shared_ptr<Grammar> g, std::vector<int64_t> term_minlen)
       : g_(std::move(g)), term_minlen_(std::move(term_minlen)) {
+    // room for a long text's sets up front: a rehash of thousands of entries is a step's worth of time
+    memo_.reserve(4096);
+    intern_.reserve(4096);
+    sets_.reserve(4096);
+    same_hash_.reserve(4096);
     sets_.push_back(std::make_unique<EarleySet>());  // the dead set
     same_hash_.push_back(-1);
     nt_minlen_ = nonterminal_minlen();
