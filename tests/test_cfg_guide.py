@@ -67,6 +67,18 @@ def byte_vocab() -> Vocabulary:
     return _bytes_vocab()
 
 
+def _verdicts(guide: CfgGuide, parser: lark.Lark, text: str) -> tuple[bool, bool]:
+    """Whether a fork of `guide` takes all of `text` and may end there, and whether lark parses it."""
+    g = guide.fork()
+    ours = g.accept_bytes(text.encode()) == len(text.encode()) and g.is_accepting()
+    try:
+        parser.parse(text)
+        theirs = True
+    except lark.exceptions.LarkError:
+        theirs = False
+    return ours, theirs
+
+
 def _mask(guide: CfgGuide, size: int) -> np.ndarray:
     out = np.zeros((1, (size + 31) // 32), dtype=np.int32)
     guide.fill_bitmask(out, 0)
@@ -118,14 +130,7 @@ def test_keyword_beats_name_on_the_same_lexeme(byte_vocab: Vocabulary) -> None:
     parser = lark.Lark('start: NAME+ | "if" NAME\nNAME: /[a-z]+/\n%ignore " "\n', parser="lalr")
     guide = Compiler(byte_vocab).compile_grammar('start: NAME+ | "if" NAME\nNAME: /[a-z]+/\n%ignore " "\n').guide()
     for text, ok in (("if x", True), ("x if", True), ("ifx y", True), ("if if", True), ("if", False)):
-        g = guide.fork()
-        ours = g.accept_bytes(text.encode()) == len(text) and g.is_accepting()
-        try:
-            parser.parse(text)
-            theirs = True
-        except lark.exceptions.LarkError:
-            theirs = False
-        assert ours == theirs == ok, text
+        assert _verdicts(guide, parser, text) == (ok, ok), text
 
 
 @pytest.mark.parametrize(
@@ -295,11 +300,5 @@ def test_common_escaped_string_lexes_as_lark_cuts_it(byte_vocab: Vocabulary) -> 
     for _ in range(400):
         sample = ",".join('"' + "".join(rng.choice('ab\\"') for _ in range(rng.randint(0, 5))) + '"'
                           for _ in range(rng.randint(1, 3)))
-        g = guide.fork()
-        ours = g.accept_bytes(sample.encode()) == len(sample) and g.is_accepting()
-        try:
-            parser.parse(sample)
-            theirs = True
-        except lark.exceptions.LarkError:
-            theirs = False
+        ours, theirs = _verdicts(guide, parser, sample)
         assert ours == theirs, sample

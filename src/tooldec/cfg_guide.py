@@ -19,6 +19,7 @@ from tooldec.automaton.compile import compile_dfas
 from tooldec.automaton.forced import complete_utf8
 from tooldec.errors import GrammarError, TokenRejectedError
 from tooldec.grammar.cfg import ContextFreeGrammar
+from tooldec.guide import BitmaskRows
 from tooldec.index import PreparedVocab, unpack
 
 MAX_EARLEY_ITEMS = 1_000_000
@@ -86,9 +87,7 @@ class CfgGuide:
         self._m = matcher if matcher is not None else _core.CfgMatcher(compiled.core)
         self._tokens: list[int] = []
         self._chunks: list[bytes] = []  # the bytes of each step (a token's, or those of one accept_bytes)
-        self._out: np.ndarray | None = None  # the last bitmask filled, kept alive with its data pointer and rows
-        self._out_at = self._out_rows = 0
-        self._row_bytes = compiled.prepared.words * 4
+        self._rows = BitmaskRows(compiled.prepared.words)
 
     @property
     def matcher(self) -> Any:
@@ -124,17 +123,8 @@ class CfgGuide:
         return np.flatnonzero(unpack(self.bitmask(), self.vocab.size))
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
-        """Write the packed mask into row `row` of an `int32[batch, ceil(V/32)]` array."""
-        if out is not self._out:  # checked once, then written through its data pointer (as Guide does)
-            words = self.compiled.prepared.words
-            if out.dtype != np.int32 or out.ndim != 2 or out.shape[1] != words or not out.flags.c_contiguous:
-                raise ValueError(f"the bitmask must be a C-contiguous int32[batch, {words}] array")
-            if not out.flags.writeable:
-                raise ValueError("the bitmask is read-only")
-            self._out, self._out_at, self._out_rows = out, out.ctypes.data, out.shape[0]
-        if not 0 <= row < self._out_rows:
-            raise IndexError(f"row {row} is not in a bitmask of {self._out_rows} rows")
-        self._m.fill_at(self._out_at + row * self._row_bytes)
+        """Write the packed mask into row `row` of an `int32[batch, ceil(V/32)]` array (see BitmaskRows)."""
+        self._m.fill_at(self._rows.address(out, row))
 
     def mask_source(self) -> Any:
         """This sequence as a row source of the compiled batch fill (`tooldec.decoding.fill_bitmasks`)."""

@@ -17,6 +17,31 @@ from tooldec.automaton.forced import ForcedText, complete_utf8
 from tooldec.errors import TokenRejectedError
 from tooldec.index.token_index import FINAL, TokenIndex
 
+
+class BitmaskRows:
+    """Where to write rows of a caller's `int32[batch, words]` bitmask: the array is checked once and then written
+    through its data pointer (reading a numpy array's pointer or converting it for the core took longer than the
+    16 KB copy of a step's mask). Keeps the last array alive with its pointer."""
+
+    def __init__(self, words: int) -> None:
+        self.words = words
+        self._out: np.ndarray | None = None
+        self._at = self._rows = 0
+
+    def address(self, out: np.ndarray, row: int) -> int:
+        """The data pointer of row `row` of `out`; ValueError for an array of the wrong kind, IndexError for a row
+        outside it."""
+        if out is not self._out:
+            if out.dtype != np.int32 or out.ndim != 2 or out.shape[1] != self.words or not out.flags.c_contiguous:
+                raise ValueError(f"the bitmask must be a C-contiguous int32[batch, {self.words}] array")
+            if not out.flags.writeable:
+                raise ValueError("the bitmask is read-only")
+            self._out, self._at, self._rows = out, out.ctypes.data, out.shape[0]
+        if not 0 <= row < self._rows:
+            raise IndexError(f"row {row} is not in a bitmask of {self._rows} rows")
+        return self._at + row * self.words * 4
+
+
 _RUN_ON: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], bool]] = weakref.WeakKeyDictionary()
 
 
@@ -33,9 +58,7 @@ class Guide:
         self._parse = parse
         self._states: list[int] = [index.start]
         self._tokens: list[int] = []
-        self._out: np.ndarray | None = None  # the last bitmask filled, kept alive with its data pointer and rows
-        self._out_at = self._out_rows = 0
-        self._row_bytes = index.words * 4
+        self._rows = BitmaskRows(index.words)
 
     @property
     def state(self) -> int:
@@ -70,20 +93,8 @@ class Guide:
         return self.index.bitmask(self.state)
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
-        """Write the packed mask into row `row` of an `int32[batch, ceil(V/32)]` array.
-
-        The array is checked once and then written through its data pointer: reading a numpy array's pointer or
-        converting it for the core took longer than the 16 KB copy of a step's mask."""
-        if out is not self._out:
-            words = self.index.words
-            if out.dtype != np.int32 or out.ndim != 2 or out.shape[1] != words or not out.flags.c_contiguous:
-                raise ValueError(f"the bitmask must be a C-contiguous int32[batch, {words}] array")
-            if not out.flags.writeable:
-                raise ValueError("the bitmask is read-only")
-            self._out, self._out_at, self._out_rows = out, out.ctypes.data, out.shape[0]
-        if not 0 <= row < self._out_rows:
-            raise IndexError(f"row {row} is not in a bitmask of {self._out_rows} rows")
-        self._core.fill_at(self._states[-1], self._out_at + row * self._row_bytes)
+        """Write the packed mask into row `row` of an `int32[batch, ceil(V/32)]` array (see BitmaskRows)."""
+        self._core.fill_at(self._states[-1], self._rows.address(out, row))
 
     def mask_source(self) -> tuple[Any, int]:
         """The current state as a row source of the compiled batch fill (`tooldec.decoding.fill_bitmasks`)."""
