@@ -30,7 +30,7 @@ namespace tooldec::cfg {
 
 constexpr size_t CROSSING_CACHE_SIZE = 1 << 15;
 constexpr size_t AFTER_MEMO_SIZE = 1 << 16;
-constexpr int64_t PARSER_ITEMS_LIMIT = 50'000'000;  // past this, new guides start a fresh parser
+constexpr int64_t PARSER_ITEMS_LIMIT = 5'000'000;  // past this (~60 MB of items), new guides start a fresh parser
 
 // The tokens that cross a lexeme boundary, per (Earley set, lexer state), bounded (cleared when full).
 class CrossingCache {
