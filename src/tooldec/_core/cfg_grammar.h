@@ -1,9 +1,10 @@
 // A context-free grammar compiled for guidance: rules as dotted positions (for the Earley parser), the
 // terminals' byte DFAs, and per set of terminals the parser may accept next (a "termset") a lexer: the product
 // of those terminals' DFAs (plus the ignored ones), built on first use, with each accepting state resolved to
-// the terminals it ends (priorities, literals before patterns). Per (termset, lexer state) a lexeme walk of
-// the vocabulary trie is kept: the tokens that stay inside the lexeme, and the trie nodes where a lexeme ends
-// and the next begins (the exits), which the matcher finishes through the parser.
+// the terminals it ends (priorities, literals before patterns). Per lexer-state shape (its live terminals and
+// their DFA states, alike across termsets) a lexeme walk of the vocabulary trie is kept: the tokens that stay
+// inside the lexeme, and the trie nodes where a lexeme ends and the next begins (the exits), which the matcher
+// finishes through the parser.
 //
 // Everything here is immutable after construction except the lexers and walks, which are built lazily under a
 // mutex and never freed while the grammar lives (their number is bounded by the grammar, not by the input).
