@@ -302,3 +302,23 @@ def test_common_escaped_string_lexes_as_lark_cuts_it(byte_vocab: Vocabulary) -> 
                           for _ in range(rng.randint(1, 3)))
         ours, theirs = _verdicts(guide, parser, sample)
         assert ours == theirs, sample
+
+
+def test_regex_and_choice_guide_a_whole_text(byte_vocab: Vocabulary) -> None:
+    import re
+
+    compiler = Compiler(byte_vocab)
+    rng = random.Random(3)
+    pattern = r"(?:[0-9]{1,3}\.){3}[0-9]{1,3}|[a-z]+@[a-z]+\.(?:com|org)"
+    regex = compiler.compile_regex(pattern)
+    for _ in range(40):
+        text = random_walk(regex.guide(), rng, max_tokens=400, steer_after=40).text()
+        assert re.fullmatch(pattern, text), text
+    assert compiler.compile_regex("a*").guide().is_accepting()  # the empty text matches
+    options = ["yes", "no", "not sure", "no"]
+    choice = compiler.compile_choice(options)
+    assert {random_walk(choice.guide(), rng).text() for _ in range(60)} == set(options)
+    with pytest.raises(GrammarError, match="lookaround"):
+        compiler.compile_regex("(?<=a)b")
+    with pytest.raises(GrammarError, match="at least one"):
+        compiler.compile_choice([])

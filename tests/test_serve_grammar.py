@@ -140,13 +140,14 @@ def test_a_bad_grammar_is_a_400_naming_its_line_and_column(client: Any, server: 
          "structured_outputs.grammar", "callable tools"),
         ({"grammar": ARITH}, {"response_format": {"type": "json_object"}}, "structured_outputs.grammar",
          "response_format"),
-        ({"regex": "[0-9]+"}, {}, "structured_outputs.regex", "not supported yet"),
-        ({"grammar": ARITH, "choice": ["a", "b"]}, {}, "structured_outputs.choice", "not supported yet"),
+        ({"regex": "(?<=a)b"}, {}, "structured_outputs.regex", "lookaround"),
+        ({"grammar": ARITH, "choice": ["a", "b"]}, {}, "structured_outputs.choice", "one of grammar, regex"),
+        ({"choice": []}, {}, "structured_outputs.choice", "at least one option"),
         ({"json": {"type": "object"}}, {}, "structured_outputs.json", "not supported yet"),
         ({}, {}, "structured_outputs", "needs a grammar"),
         ({"grammar": 3}, {}, "structured_outputs.grammar", "valid string"),
     ],
-    ids=["tools", "response_format", "regex", "choice", "json", "empty", "not-a-string"],
+    ids=["tools", "response_format", "bad-regex", "two-keys", "no-choice", "json", "empty", "not-a-string"],
 )
 def test_structured_outputs_it_cannot_honour_are_a_400(server: Server, outputs: dict[str, Any],
                                                        extra: dict[str, Any], param: str, words: str) -> None:
@@ -163,3 +164,16 @@ def test_a_grammar_with_tools_that_may_not_be_called(client: Any) -> None:
     assert not answer.message.tool_calls
     if answer.finish_reason == "stop":
         lark.Lark(ARITH, parser="earley").parse(answer.message.content)
+
+
+def test_a_regex_or_a_choice_guides_the_whole_answer(client: Any) -> None:
+    import re
+
+    for seed in range(3):
+        for outputs, ok in (({"regex": r"[0-9]{2,4}-[a-z]+"}, lambda t: re.fullmatch(r"[0-9]{2,4}-[a-z]+", t)),
+                            ({"choice": ["yes", "no", "not sure"]}, lambda t: t in ("yes", "no", "not sure"))):
+            answer = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=64, temperature=1.0,
+                                                    seed=seed, extra_body={"structured_outputs": outputs})
+            choice = answer.choices[0]
+            if choice.finish_reason == "stop":
+                assert ok(choice.message.content), (outputs, choice.message.content)

@@ -19,9 +19,11 @@ from tooldec.automaton.compile import KeyLanguage, ProductCache, compile_dfa, co
 from tooldec.automaton.dfa import DEAD, DFA, minimize, union_dfas
 from tooldec.automaton.forced import ForcedText
 from tooldec.cfg_guide import CompiledCfg, compile_cfg
-from tooldec.errors import EmptyGrammarError, ToolSpecError
+from tooldec.errors import EmptyGrammarError, GrammarError, ToolSpecError
 from tooldec.grammar.calls import CallFormat, call_groups, get_format, group_call, tools_grammar
 from tooldec.grammar.cfg import load_grammar
+from tooldec.grammar.cfg.terminal_regex import fullmatch_ir
+from tooldec.grammar.ir import alt, lit
 from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
 from tooldec.guide import Guide
 from tooldec.index import PreparedVocab, TokenIndex
@@ -279,6 +281,38 @@ class Compiler:
             return CompiledGrammar(index.dfa, index, json.loads)
 
         return self._cached(key, build, use_cache)
+
+    def compile_regex(self, pattern: str, *, use_cache: bool = True) -> CompiledGrammar:
+        """Text that `re.fullmatch(pattern, text)` accepts (Python syntax; a regular language keeps the DFA path and
+        its O(1) index). Raises GrammarError for a construct that is not regular (lookaround, backreferences) and
+        EmptyGrammarError when no text matches."""
+        key = self._key("regex", pattern)
+
+        def build() -> CompiledGrammar:
+            node = fullmatch_ir(pattern, name="regex")
+            return self._text_grammar(node, use_cache, "no text matches this regex")
+
+        return self._cached(key, build, use_cache)
+
+    def compile_choice(self, options: Iterable[str], *, use_cache: bool = True) -> CompiledGrammar:
+        """Exactly one of `options`, as written. Raises GrammarError for an empty list."""
+        choices = list(dict.fromkeys(options))
+        if not choices:
+            raise GrammarError("a choice needs at least one option")
+        key = self._key("choice", choices)
+
+        def build() -> CompiledGrammar:
+            return self._text_grammar(alt(*(lit(c.encode()) for c in choices)), use_cache, "no option is allowed")
+
+        return self._cached(key, build, use_cache)
+
+    def _text_grammar(self, node: Any, use_cache: bool, empty: str) -> CompiledGrammar:
+        """The compiled grammar of a whole text given as IR (its result is the text itself)."""
+        dfa = compile_dfa(node, self._products if use_cache else ProductCache())
+        if dfa.start == DEAD:
+            raise EmptyGrammarError(empty)
+        index = _indexed(dfa, self.prepared, self.threads, precompute=False, share_regions=True)
+        return CompiledGrammar(index.dfa, index, str)
 
     def compile_grammar(
         self, text: str, syntax: Literal["lark", "gbnf"] = "lark", *, use_cache: bool = True

@@ -76,6 +76,7 @@ def tool_error(exc: Exception, prefix: str = "tools") -> APIError:
     return APIError(str(exc), param=pointer_param(prefix, path), code=code)
 
 
-def grammar_error(exc: Exception) -> APIError:
-    """A grammar that cannot be read or guided (`GrammarError`: its message names the line and column) as a 400."""
-    return APIError(str(exc), param="structured_outputs.grammar", code="invalid_grammar")
+def grammar_error(exc: Exception, key: str = "grammar") -> APIError:
+    """A grammar (or regex, or choice) that cannot be read or guided (`GrammarError`: its message names the line and
+    column) as a 400 naming `structured_outputs.<key>`."""
+    return APIError(str(exc), param=f"structured_outputs.{key}", code="invalid_grammar")

@@ -48,8 +48,10 @@ class Plan:
     stop: tuple[str, ...]
     params: SamplingParams
     max_tokens: int | None
-    grammar: str | None = None
-    """The text of `structured_outputs.grammar` (kind "grammar")."""
+    grammar: str | list[str] | None = None
+    """The value of `structured_outputs.<output>` (kind "grammar"): a grammar's text, a regex, or the choices."""
+    output: str = "grammar"
+    """Which key of `structured_outputs` the request used: grammar, regex or choice."""
 
     def compile(self, compiler: Compiler) -> CompiledGrammar | CompiledCfg | None:
         """The grammar this request decodes with (slow the first time for a tool set: run it in a thread);
@@ -58,9 +60,13 @@ class Plan:
         if self.kind == "grammar":
             assert self.grammar is not None
             try:
+                if isinstance(self.grammar, list):
+                    return compiler.compile_choice(self.grammar)
+                if self.output == "regex":
+                    return compiler.compile_regex(self.grammar)
                 return compiler.compile_grammar(self.grammar, sniff_syntax(self.grammar))
             except (ToolDecError, RecursionError) as exc:
-                raise grammar_error(exc) from exc
+                raise grammar_error(exc, self.output) from exc
         if self.kind == "json":
             try:
                 return compiler.compile_schema(self.schema, additional_properties=not self.strict)
@@ -77,7 +83,7 @@ class Plan:
     def timeout_error(self, seconds: float) -> APIError:
         """The error of a compile that took longer than `seconds`, naming what did not compile."""
         if self.kind == "grammar":
-            what, param, code = "grammar", "structured_outputs.grammar", "grammar_too_complex"
+            what, param, code = self.output, f"structured_outputs.{self.output}", "grammar_too_complex"
         elif self.kind == "json":
             what, param, code = "response schema", "response_format.json_schema.schema", "schema_too_complex"
         else:
@@ -113,19 +119,27 @@ def _located(exc: Exception, tools: ToolSet) -> APIError:
     return tool_error(exc)
 
 
-def _grammar(outputs: StructuredOutputs | None) -> str | None:
-    """The grammar text of `structured_outputs`, None without one; raises APIError naming a key not supported."""
+def _structured(outputs: StructuredOutputs | None) -> tuple[str, str | list[str]] | None:
+    """The one key of `structured_outputs` and its value, None without the object; raises APIError naming a key not
+    supported, or two keys given at once."""
     if outputs is None:
         return None
     for key, value in (outputs.model_extra or {}).items():
         if value is not None:
             raise APIError(
-                f"structured_outputs.{key} is not supported yet (only structured_outputs.grammar)",
+                f"structured_outputs.{key} is not supported yet (only grammar, regex and choice)",
                 param=f"structured_outputs.{key}", code="unsupported_value",
             )
-    if outputs.grammar is None:
-        raise APIError("structured_outputs needs a grammar", param="structured_outputs")
-    return outputs.grammar
+    given: list[tuple[str, str | list[str]]] = [
+        (k, v) for k, v in (("grammar", outputs.grammar), ("regex", outputs.regex), ("choice", outputs.choice))
+        if v is not None
+    ]
+    if not given:
+        raise APIError("structured_outputs needs a grammar, a regex or a choice", param="structured_outputs")
+    if len(given) > 1:
+        raise APIError(f"structured_outputs takes one of grammar, regex and choice, not {given[0][0]} and "
+                       f"{given[1][0]}", param=f"structured_outputs.{given[1][0]}")
+    return given[0]
 
 
 def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:
@@ -164,18 +178,20 @@ def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:
         raise APIError("tool_choice needs tools", param="tool_choice")
 
     fmt = req.response_format
-    grammar = _grammar(req.structured_outputs)
-    if grammar is not None:
+    structured = _structured(req.structured_outputs)
+    if structured is not None:
+        output, value = structured
         if tools is not None and choice != "none":
             raise APIError(
-                "structured_outputs.grammar together with callable tools is not supported; "
+                f"structured_outputs.{output} together with callable tools is not supported; "
                 'use tool_choice "none" or leave out tools',
-                param="structured_outputs.grammar",
+                param=f"structured_outputs.{output}",
             )
         if fmt is not None and fmt.type != "text":
-            raise APIError("structured_outputs.grammar and response_format cannot both constrain the answer",
-                           param="structured_outputs.grammar")
-        return Plan("grammar", tools, None, "required", "stop", None, None, False, stop, params, max_tokens, grammar)
+            raise APIError(f"structured_outputs.{output} and response_format cannot both constrain the answer",
+                           param=f"structured_outputs.{output}")
+        return Plan("grammar", tools, None, "required", "stop", None, None, False, stop, params, max_tokens, value,
+                    output)
     if fmt is not None and fmt.type != "text":
         if tools is not None and choice != "none":
             raise APIError(

@@ -97,13 +97,16 @@ class ResponseFormat(_Model):
 
 
 class StructuredOutputs(BaseModel):
-    """vLLM's `structured_outputs`: `{"grammar": "<Lark or GBNF text>"}` guides the whole answer by the grammar.
+    """vLLM's `structured_outputs`: one of `{"grammar": "<Lark or GBNF text>"}`, `{"regex": "<pattern>"}` (the whole
+    answer matches it, Python `re.fullmatch` syntax) or `{"choice": ["a", "b"]}` guides the whole answer.
 
     Its other keys are kept (`model_extra`) so that the plan can refuse the ones not supported yet by name."""
 
     model_config = ConfigDict(extra="allow")
 
     grammar: str | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
 
 
 class StreamOptions(_Model):

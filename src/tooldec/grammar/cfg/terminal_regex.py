@@ -213,9 +213,17 @@ LEXEME_IDIOMS = {
 
 
 def regex_ir(pattern: str, flags: Iterable[str] = (), *, name: str) -> Node:
-    """The UTF-8 byte strings that `re.fullmatch(pattern, text, flags)` accepts, as IR (for the idioms of
-    LEXEME_IDIOMS: the lexemes Lark's lexer cuts with it); GrammarError if refused."""
+    """A terminal's lexemes: the UTF-8 byte strings that `re.fullmatch(pattern, text, flags)` accepts, as IR (for
+    the idioms of LEXEME_IDIOMS: the lexemes Lark's lexer cuts with it); GrammarError if refused, or if it can
+    match the empty string or nothing."""
     pattern = LEXEME_IDIOMS.get(pattern, pattern)
+    flags = tuple(flags)
+    return _checked(fullmatch_ir(pattern, flags, name=name), name, f"/{pattern}/" + "".join(sorted(flags)))
+
+
+def fullmatch_ir(pattern: str, flags: Iterable[str] = (), *, name: str) -> Node:
+    """The UTF-8 byte strings that `re.fullmatch(pattern, text, flags)` accepts, as IR (the empty string too, where
+    it does); GrammarError naming `name` for a construct that is refused."""
     bits = _flag_bits(flags, name)
     shown = f"/{pattern}/" + "".join(sorted(flags))
     try:
@@ -231,7 +239,7 @@ def regex_ir(pattern: str, flags: Iterable[str] = (), *, name: str) -> Node:
         raise GrammarError(f"terminal {name}: {shown} nests too deeply") from None
     except _Refused as exc:
         raise GrammarError(f"terminal {name} ({shown}) uses {exc}, which is not supported") from None
-    return _checked(node, name, shown)
+    return node
 
 
 def literal_ir(text: str, flags: Iterable[str] = (), *, name: str) -> Node:
