@@ -455,10 +455,7 @@ def test_cfg_sample_is_forced_then_eos(cfg_shared: Path, vocab: Vocabulary) -> N
 
 
 def test_cfg_cells_peers_time_tooldec_waits_outlines_fails(cfg_shared: Path, tok_dir: Path) -> None:
-    """Peers pass the check and report figures (batch too); outlines-core fails with its reason; tooldec runs once
-    Compiler.compile_grammar exists and is skipped with the reason until then."""
-    from tooldec.bench.engines.tooldec_engine import TooldecEngine
-
+    """Peers pass the check and report figures (batch too); outlines-core fails with its reason; tooldec runs."""
     names = [n for n in ("llguidance", "xgrammar", "outlines-core", "tooldec") if ENGINES[n].missing() is None]
     workloads = [load_workload("cfg-arith", cfg_shared), load_workload("cfg-nested", cfg_shared)]
     results = run(names, workloads, {"tiny": tok_dir}, repeats=1, batch=BatchSettings((1, 3), 2))
@@ -472,9 +469,8 @@ def test_cfg_cells_peers_time_tooldec_waits_outlines_fails(cfg_shared: Path, tok
     if "outlines-core" in names:
         row = by[("outlines-core", "cfg-arith")]
         assert row.status == "failed" and "no context-free grammar engine" in row.reason
-    missing = TooldecEngine.grammar_missing()
     row = by[("tooldec", "cfg-arith")]
-    assert (row.status, row.reason) == (("skipped", missing) if missing else ("ok", ""))
+    assert (row.status, row.reason) == ("ok", "")
     doc = report.document(results, {"repeats": 1})
     assert "| cfg-nested | tiny |" in report.markdown(doc)
 
@@ -484,7 +480,7 @@ def test_tool_and_grammar_workloads_run_side_by_side(cfg_shared: Path, tok_dir: 
     workloads = [load_workload("rich", cfg_shared), load_workload("cfg-nested", cfg_shared)]
     results = run(["tooldec"], workloads, {"tiny": tok_dir}, repeats=1)
     assert results[0].status == "ok"
-    assert results[1].status in {"ok", "skipped"}
+    assert results[1].status == "ok"
 
 
 class _PermissiveGrammar:

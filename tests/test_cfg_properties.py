@@ -9,7 +9,7 @@ For the five shared grammars (copied into tests/data/cfg/) and four hard cases (
 - the mask equals brute force at prefixes of the sample: a token is allowed iff a fresh guide accepts the
   prefix's bytes followed by the token's bytes.
 
-Each property runs on tooldec (`Compiler.compile_grammar`; skipped until it exists) and on llguidance (skipped
+Each property runs on tooldec (`Compiler.compile_grammar`) and on llguidance (skipped
 when not installed) through the same small guide interface: a reference engine passing the same properties
 shows that a failure on tooldec is tooldec's, not the oracle's.
 """
@@ -213,10 +213,8 @@ def _tooldec_compiler(vocab: Vocabulary, tokenizer: Any) -> Callable[[str], NewG
     """tooldec's compile: `Compiler(vocab).compile_grammar(text, syntax="lark")`, a guide per call."""
     from tooldec.compiler import Compiler
 
-    if not hasattr(Compiler, "compile_grammar"):
-        pytest.skip("tooldec.compiler.Compiler has no compile_grammar yet (the CFG guide has not landed)")
     compiler = Compiler(vocab)
-    return lambda text: compiler.compile_grammar(text, syntax="lark").guide  # type: ignore[attr-defined, no-any-return]
+    return lambda text: compiler.compile_grammar(text, syntax="lark").guide
 
 
 def _llguidance_compiler(vocab: Vocabulary, tokenizer: Any) -> Callable[[str], NewGuide]:

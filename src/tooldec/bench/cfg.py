@@ -44,7 +44,7 @@ class GrammarCase:
 
     def driver(self, engine: Engine, threads: int) -> BatchDriver:
         """The engine's batch path for grammar rows."""
-        return engine.grammar_batch(threads)
+        return engine.batch(threads)
 
 
 def cfg_folder(shared: Path) -> Path:

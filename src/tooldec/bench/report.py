@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from tooldec.bench.cfg import CFG_WORKLOADS
 from tooldec.bench.runner import CellResult
 
 RATIO_FIGURES = {
@@ -73,11 +72,6 @@ def document(results: list[CellResult], settings: dict[str, Any]) -> dict[str, A
     if any(r.batch for r in results):
         drivers = {name: ENGINES[name].batch_driver for name in dict.fromkeys(r.engine for r in results)
                    if name in ENGINES}
-        grammar_rows = {r.engine for r in results
-                        if r.workload in CFG_WORKLOADS and r.engine in ENGINES and r.status != "skipped"}
-        for name in sorted(grammar_rows):
-            if (driver := ENGINES[name].grammar_batch_driver) is not None:
-                drivers[f"{name} (grammars)"] = driver
         doc["batch_methods"] = {name: dict(d.methods) for name, d in drivers.items() if d is not None}
     return doc
 

@@ -50,8 +50,6 @@ class Engine(ABC):
     modules: ClassVar[tuple[str, ...]] = ()
     batch_driver: ClassVar[type[BatchDriver] | None] = None
     """The class of `batch()`'s driver (its `methods` go into the report)."""
-    grammar_batch_driver: ClassVar[type[BatchDriver] | None] = None
-    """The class of `grammar_batch()`'s driver where it differs from `batch_driver` (None: the same)."""
 
     @classmethod
     def preload(cls) -> None:
@@ -98,9 +96,6 @@ class Engine(ABC):
         the engine has none (the CFG workloads then report it failed, with the reason)."""
         raise NotImplementedError(f"{self.name} has no context-free grammar engine")
 
-    def grammar_batch(self, threads: int) -> BatchDriver:
-        """The batch path for rows of compiled grammars (the tool-call one, unless the rows differ)."""
-        return self.batch(threads)
 
 
 class BatchDriver(ABC):

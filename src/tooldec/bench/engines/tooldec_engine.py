@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tooldec.bench.engines.base import BatchDriver, Engine, bit_set, mask_words
+from tooldec.cfg_guide import CompiledCfg
 from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.errors import TokenRejectedError
 from tooldec.grammar.schema import clear_caches
@@ -43,17 +44,18 @@ class TooldecSession:
 
 class TooldecBatch(BatchDriver):
     """What `Decoder` and `ToolDecLogitsProcessor` do per step: one `fill_bitmasks` call over the rows'
-    CallControllers (a guided call from the first token), the compiled apply, `accept_token` per row."""
+    CallControllers (a guided call, or a compiled grammar's sentence, from the first token), the compiled apply,
+    `accept_token` per row."""
 
     methods: ClassVar[dict[str, str]] = {
-        "row": "tooldec.decoding.CallController(grammar) (a call from the first token)",
+        "row": "tooldec.decoding.CallController(compiled) (a call, or a grammar's sentence, from the first token)",
         "fill": "tooldec.decoding.fill_bitmasks(controllers, bitmask, threads=T) (one core call)",
         "apply": "tooldec.decoding.sampling.apply_token_bitmask_inplace (compiled core kernel)",
         "advance": "CallController.accept_token per row",
     }
 
-    def row(self, compiled: CompiledGrammar) -> Any:
-        """A controller in tool mode at the start of a call."""
+    def row(self, compiled: CompiledGrammar | CompiledCfg) -> Any:
+        """A controller guiding from its first token (a tool set's call, or a compiled grammar's sentence)."""
         from tooldec.decoding import CallController
 
         return CallController(compiled)
@@ -86,39 +88,12 @@ class TooldecBatch(BatchDriver):
         return out
 
 
-class TooldecGrammarBatch(TooldecBatch):
-    """The batch path of compiled CFGs: a guide per row (`compiled.guide()`), the same one-call fill and apply."""
-
-    methods: ClassVar[dict[str, str]] = {
-        "row": "Compiler.compile_grammar(...).guide()",
-        "fill": "tooldec.decoding.fill_bitmasks(guides, bitmask, threads=T) (one core call)",
-        "apply": "tooldec.decoding.sampling.apply_token_bitmask_inplace (compiled core kernel)",
-        "advance": "guide.advance per row",
-    }
-
-    def row(self, compiled: Any) -> Any:
-        """A fresh guide of the compiled grammar."""
-        return compiled.guide()
-
-    def advance(self, rows: list[Any], tokens: list[int]) -> list[bool]:
-        """advance per guide (False on TokenRejectedError)."""
-        out = []
-        for guide, token in zip(rows, tokens, strict=True):
-            try:
-                guide.advance(token)
-                out.append(True)
-            except TokenRejectedError:
-                out.append(False)
-        return out
-
-
 class TooldecEngine(Engine):
     """tooldec (the JSON call format, the grammar the peers get as a JSON Schema)."""
 
     name = "tooldec"
     package = "tooldec"
     batch_driver = TooldecBatch
-    grammar_batch_driver = TooldecGrammarBatch
 
     precompute: ClassVar[bool] = False
     """Whether a compile indexes every state up front (`Compiler.compile(precompute=True)`)."""
@@ -133,13 +108,6 @@ class TooldecEngine(Engine):
         clear_caches()
         return self.compiler.compile(tools, "json", use_cache=False, precompute=self.precompute)
 
-    @classmethod
-    def grammar_missing(cls) -> str | None:
-        """Why CFGs cannot run: the CFG guide (`Compiler.compile_grammar`) has not landed in this tooldec."""
-        if not hasattr(Compiler, "compile_grammar"):
-            return "tooldec.compiler.Compiler has no compile_grammar (the CFG guide is not in this build)"
-        return None
-
     def compile_grammar(self, grammar: str) -> Any:
         """compile_grammar(syntax="lark") with the compiler's cache off (cold, and nothing of an earlier round freed
         inside the timed compile)."""
@@ -152,10 +120,6 @@ class TooldecEngine(Engine):
     def batch(self, threads: int) -> TooldecBatch:
         """The decoding path's batch fill and apply."""
         return TooldecBatch(self.vocab.size, threads)
-
-    def grammar_batch(self, threads: int) -> TooldecGrammarBatch:
-        """The batch fill and apply over guides of a compiled grammar."""
-        return TooldecGrammarBatch(self.vocab.size, threads)
 
 
 class TooldecPrecomputeEngine(TooldecEngine):
