@@ -10,7 +10,7 @@ from typing import Literal
 import typer
 
 from tooldec.cfg_guide import CompiledCfg
-from tooldec.errors import ToolDecError
+from tooldec.errors import TokenRejectedError, ToolDecError
 
 BYTE_VOCAB_EOS = 256
 
@@ -66,14 +66,16 @@ def check_grammar(
     vocab = compiled.prepared.vocab
     rejected = 0
     for path, body in zip(texts, bodies, strict=True):
+        data = body.encode()
         guide = compiled.guide()
-        where = None
+        where: int | None = None
         done = 0
         for token in vocab.encode(body):
-            if not guide.accepts(token):
+            try:
+                guide.advance(token)  # one walk of the token: a rejected one leaves the guide as it was
+            except TokenRejectedError:
                 where = done
                 break
-            guide.advance(token)
             done += len(vocab.token_bytes[token] or b"")
         if where is None and not guide.is_accepting():
             where = done
@@ -81,8 +83,8 @@ def check_grammar(
             print(f"{path}: accepted")
             continue
         rejected += 1
-        head = body.encode()[:where].decode("utf-8", errors="replace")
+        head = data[:where].decode("utf-8", errors="replace")
         line, column = head.count("\n") + 1, len(head) - (head.rfind("\n") + 1) + 1
-        what = "ends too early" if where >= len(body.encode()) else f"rejected at line {line}, column {column}"
-        print(f"{path}: {what} (byte {where}): {body.encode()[where:where + 20]!r}")
+        what = "ends too early" if where >= len(data) else f"rejected at line {line}, column {column}"
+        print(f"{path}: {what} (byte {where}): {data[where:where + 20]!r}")
     raise typer.Exit(1 if rejected else 0)
