@@ -32,12 +32,18 @@ def compile_cfg(grammar: ContextFreeGrammar, prepared: PreparedVocab, threads: i
     """The core's compiled grammar (`_core.CfgGrammar`) of `grammar` over a prepared vocabulary.
 
     Raises GrammarError when a terminal cannot be guided (its automaton too large) or the rules are refused."""
+    written = [t.node for t in grammar.terminals if t.automaton is None]
     try:
-        dfas = compile_dfas([t.node for t in grammar.terminals], threads=threads)
+        dfas = iter(compile_dfas(written, threads=threads) if written else [])
     except _core.AutomatonTooLarge as exc:
         raise GrammarError(f"a terminal's automaton is too large: {exc}") from None
-    terminals = [(d.trans.astype(np.int32), d.classes.astype(np.uint8), d.accepting.astype(bool), int(d.start))
-                 for d in dfas]
+    terminals = []
+    for t in grammar.terminals:
+        if t.automaton is not None:
+            terminals.append(t.automaton)
+            continue
+        d = next(dfas)
+        terminals.append((d.trans.astype(np.int32), d.classes.astype(np.uint8), d.accepting.astype(bool), int(d.start)))
     lengths = np.array([len(r.rhs) for r in grammar.rules], dtype=np.int64)
     ptr = np.zeros(len(grammar.rules) + 1, dtype=np.int64)
     np.cumsum(lengths, out=ptr[1:])

@@ -18,8 +18,9 @@ from typing import Any, Literal, TypeVar
 from tooldec.automaton.compile import KeyLanguage, ProductCache, compile_dfa, compile_dfas
 from tooldec.automaton.dfa import DEAD, DFA, minimize, union_dfas
 from tooldec.automaton.forced import ForcedText
+from tooldec.automaton.value_grammar import NotTokenizable, value_grammar
 from tooldec.cfg_guide import CompiledCfg, compile_cfg
-from tooldec.errors import EmptyGrammarError, GrammarError, ToolSpecError
+from tooldec.errors import EmptyGrammarError, GrammarError, ToolSpecError, UnsupportedSchemaError
 from tooldec.grammar.calls import CallFormat, call_groups, get_format, group_call, tools_grammar
 from tooldec.grammar.cfg import load_grammar
 from tooldec.grammar.cfg.terminal_regex import fullmatch_ir
@@ -57,7 +58,7 @@ class CompiledGrammar:
         return Guide(self.index, self.parse, self.forced)
 
 
-_C = TypeVar("_C", CompiledGrammar, CompiledCfg)
+_C = TypeVar("_C", bound="CompiledGrammar | CompiledCfg")
 
 CACHE_SIZE = 32
 """Compiled grammars a Compiler keeps (least recently used dropped first)."""
@@ -160,7 +161,12 @@ class Compiler:
                 if got is not None:
                     self._cache.move_to_end(key)
                     return got
-        result = build()
+        try:
+            result = build()
+        except RecursionError:
+            raise UnsupportedSchemaError(
+                "depth", detail="the input nests deeper than the compiler can follow (about 100 levels of objects)"
+            ) from None
         if use_cache:
             with self._lock:
                 result = self._cache.setdefault(key, result)
@@ -264,17 +270,34 @@ class Compiler:
 
     def compile_schema(
         self, schema: Any, *, additional_properties: bool = True, use_cache: bool = True, precompute: bool = False
-    ) -> CompiledGrammar:
+    ) -> CompiledGrammar | CompiledCfg:
         """The grammar of one JSON value valid under `schema` (canonical whitespace, schema key order); `precompute`
-        as in `compile`."""
+        as in `compile`.
+
+        A schema whose values nest without bound (a `$ref` inside itself, a place holding any value) goes to the
+        pushdown guide (`CompiledCfg`), with no depth limit; a regular one keeps the DFA path and its O(1) index.
+        Where recursion meets a difference or intersection of languages (`not`, exclusive `oneOf`, `allOf` of
+        references), recursion is unrolled to `max_ref_depth` instead."""
         key = self._key(f"schema:{additional_properties}:{precompute}", schema)
 
-        def build() -> CompiledGrammar:
-            comp = SchemaCompiler(
-                schema, decide=KeyLanguage, max_ref_depth=self.max_ref_depth,
-                additional_properties=additional_properties
-            )
-            dfa = compile_dfa(comp.value(), self._products if use_cache else ProductCache())
+        def build() -> CompiledGrammar | CompiledCfg:
+            products = self._products if use_cache else ProductCache()
+            comp = SchemaCompiler(schema, decide=KeyLanguage, additional_properties=additional_properties,
+                                  recursive=True)
+            start = comp.value()
+            if comp.rules:
+                try:
+                    grammar = value_grammar(start, comp.rules, self.threads)
+                except NotTokenizable:
+                    comp = SchemaCompiler(schema, decide=KeyLanguage, max_ref_depth=self.max_ref_depth,
+                                          additional_properties=additional_properties)
+                    start = comp.value()
+                except GrammarError:
+                    raise EmptyGrammarError("no value satisfies this schema", path="#") from None
+                else:
+                    return CompiledCfg(compile_cfg(grammar, self.prepared, self.threads), grammar, self.prepared,
+                                       parse=json.loads)
+            dfa = compile_dfa(start, products)
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no value satisfies this schema", path="#")
             index = _indexed(dfa, self.prepared, self.threads, precompute=precompute, share_regions=True)

@@ -184,3 +184,17 @@ def plus(item: Node) -> Node:
 def literal_alternatives(options: Iterable[bytes]) -> Node:
     """Exactly one of the byte strings; the DFA makes it a trie."""
     return alt(*(lit(o) for o in options))
+
+
+CALL_MARKER = 0x01
+"""The first byte of a call (`call`): a control byte no JSON text holds raw, so it never meets a value's bytes."""
+MAX_CALLS = 1 << 16
+"""Rules a call can name (two bytes of index)."""
+
+
+def call(rule: int) -> Node:
+    """Where a value of rule `rule` of a recursive value grammar nests: three bytes (CALL_MARKER, then the index
+    big-endian) that the pushdown path (tooldec.automaton.value_grammar) reads as a call of that rule."""
+    if not 0 <= rule < MAX_CALLS:
+        raise ValueError(f"a call names rule {rule}, past the {MAX_CALLS:,} a grammar may have")
+    return lit(bytes((CALL_MARKER, rule >> 8, rule & 0xFF)))

@@ -2,8 +2,14 @@
 
 Every validation keyword is either enforced exactly or rejected with `UnsupportedSchemaError` naming it and
 its path. Objects are written with their `properties` in schema order; extra properties (where allowed)
-come after them. Recursion through `$ref` is bounded by `max_ref_depth` (deeper recursive branches are cut,
-which keeps output valid but forbids nesting beyond that depth).
+come after them.
+
+Recursion has two readings. `recursive=True` (one value, for the pushdown guide): a `$ref` met again inside
+itself, and a place that holds any value, become `call`s of rules compiled once each (`SchemaCompiler.rules`),
+so values nest without limit. Otherwise (and where a call would fall inside a difference or intersection of
+languages, which only regular languages have) recursion through `$ref` is unrolled to `max_ref_depth` (deeper
+branches are cut, which keeps output valid but forbids nesting beyond that depth) and any value nests a bounded
+depth.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from tooldec.grammar.ir import (
     Repeat,
     Seq,
     alt,
+    call,
     lit,
     seq,
 )
@@ -83,6 +90,7 @@ UNROLL_LIMIT = 20_000  # a bounded array whose unrolled items would be bigger co
 # in ~2.5 s instead of building for minutes. Of MaskBench's 4,046 schemas, the largest that compiles expands to
 # 1,979; the five that ran past 10 s expanded to 32,000-333,000 (measured 2026-11-25).
 MAX_EXPANSIONS = 50_000
+ANY_RULE = "any value"  # the rule any value calls (recursive); no `$ref` can be named so (refs start with "#")
 LONG_STRING_CAP = 1_024  # a maxLength above MAX_STRING_LENGTH is enforced as this (a subset)
 
 ANNOTATIONS = frozenset(
@@ -168,8 +176,14 @@ class SchemaCompiler:
         max_ref_depth: int = DEFAULT_REF_DEPTH,
         any_depth: int | None = None,
         additional_properties: bool = False,
+        recursive: bool = False,
     ) -> None:
         self.root = root
+        self.recursive = recursive
+        self.rules: list[Node] = []
+        """With `recursive`: the body of rule k (one value) that `call(k)` in the compiled IR nests."""
+        self._rule_index: dict[str, int] = {}
+        self._pending: list[tuple[int, str, Any]] = []  # rules named by a call, their bodies not compiled yet
         self.syntax = syntax
         self.tool = tool
         self.max_ref_depth = max_ref_depth
@@ -217,6 +231,12 @@ class SchemaCompiler:
         states together (when it has such places: most tool schemas have none).
         """
         target = self.root if schema is None else schema
+        try:
+            return self._value(target, path)
+        finally:
+            self._compile_rules()
+
+    def _value(self, target: Any, path: str) -> Node:
         if self.any_depth is not None:
             return self._compile(target, path)
         deepest = self._deepest
@@ -228,6 +248,37 @@ class SchemaCompiler:
             self._deepest, self._any_limit, self._any_places = deepest, limit, []
             node = self._compile(target, path)
         return node
+
+    # -- rules (recursive) -------------------------------------------------------------------------------
+    def _calls_here(self) -> bool:
+        """Whether a recursive place may become a call here: only where the language is built as it is (a call
+        inside a difference's right side or a product would need a context-free difference)."""
+        return self.recursive and not self._negative and not self._flips
+
+    def _call(self, key: str, schema: Any) -> Node:
+        """A call of the rule for `schema` (named `key`: its reference), compiled once after the value."""
+        index = self._rule_index.get(key)
+        if index is None:
+            index = self._rule_index[key] = len(self.rules)
+            self.rules.append(NOTHING)
+            self._pending.append((index, key, schema))
+        return call(index)
+
+    def _compile_rules(self) -> None:
+        """Compile the bodies of the rules calls named, each as a fresh value in which its own reference is
+        already entered (so that the body's recursion calls it again)."""
+        saved = self._active_refs, self._depth
+        try:
+            while self._pending:
+                index, key, schema = self._pending.pop()
+                self._active_refs, self._depth = {key: 1}, 0
+                self.rules[index] = self._any_level() if key == ANY_RULE else self._compile(schema, key)
+        finally:
+            self._active_refs, self._depth = saved
+
+    def _any_level(self) -> Node:
+        """Any JSON value, the values inside it calls of the any-value rule."""
+        return self._build_any_value(1, self._call(ANY_RULE, True))
 
     def _flipped(self, schema: Any, path: str) -> Node:
         """`schema` compiled at the other polarity (for the right side of a difference)."""
@@ -290,6 +341,8 @@ class SchemaCompiler:
                 # positive inside a flip is a subset a superset loses: only its valid JSON texts must be instances,
                 # and every JSON value is one here, so a scanner (as deep as the grammar nests) cuts nothing
                 return self._any_superset()
+            if self._calls_here():
+                return self._call(ANY_RULE, True)
             self._any_places.append(self._depth)
             depth = self.any_depth if self.any_depth is not None else any_depth_at(self._any_limit, self._depth)
             self._reached(depth + 1)
@@ -330,11 +383,13 @@ class SchemaCompiler:
         ref = schema["$ref"]
         target = self._resolve(ref, _ptr(path, "$ref"))
         count = self._active_refs.get(ref, 0)
+        siblings = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
+        if count and not siblings and self._calls_here():
+            return self._call(ref, target)
         if count >= self.max_ref_depth:
             return self._cut()
         self._active_refs[ref] = count + 1
         try:
-            siblings = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
             if siblings:
                 merged = _merge(target, siblings) if isinstance(target, dict) else None
                 if merged is not None:
@@ -1077,7 +1132,8 @@ class SchemaCompiler:
             kept = self._any_values[depth] = self._build_any_value(depth)
         return kept
 
-    def _build_any_value(self, depth: int) -> Node:
+    def _build_any_value(self, depth: int, inner: Node | None = None) -> Node:
+        """Any JSON value nested at most `depth` deep, or one level of any value around `inner` values."""
         syn = self.syntax
         scalars = [
             lit(syn.null), lit(syn.true), lit(syn.false), any_number(),
@@ -1085,7 +1141,8 @@ class SchemaCompiler:
         ]
         if depth <= 0:
             return alt(*scalars, self._wrap("[", EMPTY, "]"), self._wrap("{", EMPTY, "}"))
-        inner = self.any_value(depth - 1)
+        if inner is None:
+            inner = self.any_value(depth - 1)
         key = seq(lit('"'), string_content(python=syn.python), lit('"' + syn.key_sep))
         array = self._wrap("[", Repeat(inner, 0, None, self._sep), "]")
         obj = self._wrap("{", Repeat(seq(key, inner), 0, None, self._sep), "}")

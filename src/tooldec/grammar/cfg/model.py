@@ -7,6 +7,7 @@ terminal i is `i`, nonterminal n is `-(n + 1)`, so a right-hand side is one tupl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from tooldec.grammar.ir import Node
 
@@ -19,6 +20,9 @@ class Terminal:
     node: Node  # IR over raw UTF-8 bytes (not JSON-escaped); never matches ""
     priority: int = 0  # Lark terminal priority (TERM.2: ...); higher wins on a tie of lexemes
     literal: bool = False  # from a string literal: wins over a pattern on exactly the same lexeme
+    automaton: Any = None
+    """A prebuilt byte automaton `(trans, classes, accepting, start)` standing for the language instead of `node`,
+    for a terminal cut out of an automaton (tooldec.automaton.value_grammar); `node` is then unused."""
 
 
 @dataclass(frozen=True)

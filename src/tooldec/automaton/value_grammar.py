@@ -1,0 +1,390 @@
+"""A recursive JSON value grammar → a context-free grammar over JSON tokens, for the pushdown guide.
+
+A schema whose values nest without bound (a `$ref` inside itself, any value) compiles to rules: IR in which
+`call(k)` marks a nested value of rule k (`tooldec.grammar.schema`, `recursive=True`). Each rule becomes a DFA
+(a call is three marker bytes in it). The DFA's states between JSON tokens become nonterminals, and each token
+read from such a state to the next becomes a terminal: a byte automaton cut out of the rule's DFA (a string from
+its quote to its closing quote, a number or literal, one punctuation or whitespace byte). The rules are
+left-linear (`A_q -> A_p token`, `A_q -> A_p call`), so the Earley items of one rule's run keep one origin.
+
+JSON tokens are self-delimiting: a string ends at its closing quote, a punctuation byte is a token alone, and a
+number or literal ends where the next byte cannot continue it, which in JSON is always where it ends. So the
+core's greedy lexer cuts lexemes exactly where the rule's DFA passes between tokens, and the grammar has the
+language of the rules, with no depth limit.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+import numpy as np
+
+from tooldec.automaton.compile import compile_dfas
+from tooldec.automaton.dfa import DEAD, DFA
+from tooldec.grammar.cfg.model import ContextFreeGrammar, Rule, Terminal, nonterminal_symbol
+from tooldec.grammar.cfg.normalize import normalize
+from tooldec.grammar.ir import CALL_MARKER, EMPTY, Bytes, Difference, Intersect, Node
+
+PUNCTUATION = frozenset(b"{}[],: \t\n\r")
+"""Bytes that are a token alone (structure and whitespace)."""
+WORD = frozenset(b"+-.0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+"""Bytes of numbers and literals (`true`, `null`, ...): such a token runs while the next byte is one of them."""
+QUOTE, BACKSLASH = 0x22, 0x5C
+HEX = frozenset(b"0123456789abcdefABCDEF")
+_IN, _ESCAPE = 0, 1  # string modes; 2..5 are the four digits of a \u escape
+
+Automaton = tuple[np.ndarray, np.ndarray, np.ndarray, int]
+"""A terminal's automaton as the core takes it: (trans int32[states, classes], classes uint8[256], accepting, start)."""
+
+
+class NotTokenizable(ValueError):
+    """The rules are not JSON token streams the pushdown path can cut (a call inside a product, a byte that starts
+    no JSON token): the schema is compiled with recursion unrolled instead."""
+
+
+def calls_in_products(nodes: Sequence[Node]) -> bool:
+    """Whether a call's marker lies inside an Intersect or Difference of any of `nodes` (the product of automata
+    would treat the marker as bytes, not as the language it stands for); a difference that only takes the empty
+    string away (a one-or-more) is as right with calls as without."""
+    marker = 1 << CALL_MARKER
+    memo: dict[int, bool] = {}
+
+    def has_call(root: Node) -> bool:
+        stack: list[tuple[Node, bool]] = [(root, False)]
+        while stack:
+            node, done = stack.pop()
+            key = id(node)
+            if key in memo and not done:
+                continue
+            kids = _children(node)
+            if done:
+                memo[key] = any(memo[id(k)] for k in kids)
+                continue
+            if isinstance(node, Bytes):
+                memo[key] = node.mask == marker
+                continue
+            stack.append((node, True))
+            stack.extend((k, False) for k in kids if id(k) not in memo)
+        return memo[id(root)]
+
+    found = False
+    seen: set[int] = set()
+    stack = list(nodes)
+    while stack and not found:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Difference) and node.right == EMPTY:
+            stack.append(node.left)  # only the empty string removed: the same with calls as without
+        elif isinstance(node, (Intersect, Difference)):
+            found = has_call(node)
+        else:
+            stack.extend(_children(node))
+    return found
+
+
+def _children(node: Node) -> list[Node]:
+    items = getattr(node, "items", None)
+    if items is not None:
+        return [i[0] if isinstance(i, tuple) else i for i in items] + ([node.sep] if hasattr(node, "sep") else [])
+    out = []
+    for name in ("item", "sep", "left", "right"):
+        kid = getattr(node, name, None)
+        if kid is not None:
+            out.append(kid)
+    return out
+
+
+class _Terminals:
+    """Terminal automata by their structure, so a token language met in many places is one terminal."""
+
+    def __init__(self) -> None:
+        self.automata: list[Automaton] = []
+        self.names: list[str] = []
+        self._ids: dict[bytes, int] = {}
+
+    def add(self, automaton: Automaton, name: str) -> int:
+        trans, classes, accepting, start = _canonical(automaton)
+        key = b"|".join((trans.tobytes(), str(trans.shape).encode(), classes.tobytes(), accepting.tobytes()))
+        got = self._ids.get(key)
+        if got is None:
+            got = self._ids[key] = len(self.automata)
+            self.automata.append((trans, classes, accepting, start))
+            self.names.append(name)
+        return got
+
+
+def _canonical(automaton: Automaton) -> Automaton:
+    """The same automaton with its byte classes coarsest (bytes with equal columns merged) and its states in
+    breadth-first order from start 1, so that equal structures compare equal."""
+    trans, classes, accepting, start = automaton
+    columns = trans[:, classes].T  # one row per byte
+    _, first, inverse = np.unique(columns, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)  # classes numbered by their first byte
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    new_classes = rank[inverse.reshape(-1)].astype(np.uint8)
+    reps = first[order]
+    cols = trans[:, classes[reps]]
+    n = trans.shape[0]
+    number = np.full(n, -1, dtype=np.int64)
+    number[DEAD] = 0
+    number[start] = 1
+    order_states = [start]
+    for s in order_states:
+        for t in cols[s]:
+            if number[t] < 0:
+                number[t] = len(order_states) + 1
+                order_states.append(int(t))
+    new = np.zeros((len(order_states) + 1, len(reps)), dtype=np.int32)
+    acc = np.zeros(len(order_states) + 1, dtype=bool)
+    for s in order_states:
+        new[number[s]] = number[cols[s]]
+        acc[number[s]] = accepting[s]
+    return new, new_classes, acc, 1
+
+
+class _Rule:
+    """One rule's DFA cut into JSON tokens: its boundary nodes (state, after a word) and the edges between."""
+
+    def __init__(self, dfa: DFA, index: int, terminals: _Terminals) -> None:
+        self.dfa = dfa
+        self.index = index
+        self.terminals = terminals
+        self.nodes: dict[tuple[int, bool], int] = {}
+        self.edges: list[tuple[int, int, int]] = []  # (from node, symbol: terminal >= 0 or rule -(k + 1), to node)
+        self.accepting: list[int] = []
+        self._strings: dict[int, list[tuple[int, int]]] = {}  # first state inside a string -> (terminal, landing)
+        self._words: dict[int, list[tuple[int, int]]] = {}
+        self._single: dict[tuple[int, int], int] = {}
+        self._byte_row = np.asarray(dfa.trans)[:, np.asarray(dfa.classes)]  # int32[states, 256]
+        self._build()
+
+    def _node(self, state: int, after_word: bool, queue: deque[tuple[int, bool]]) -> int:
+        key = (state, after_word)
+        got = self.nodes.get(key)
+        if got is None:
+            got = self.nodes[key] = len(self.nodes)
+            queue.append(key)
+        return got
+
+    def _build(self) -> None:
+        queue: deque[tuple[int, bool]] = deque()
+        self._node(self.dfa.start, False, queue)
+        while queue:
+            state, after_word = queue.popleft()
+            here = self.nodes[(state, after_word)]
+            if self.dfa.accepting[state]:
+                self.accepting.append(here)
+            row = self._byte_row[state]
+            words_done = after_word
+            for b in np.flatnonzero(row).tolist():
+                target = int(row[b])
+                if b in PUNCTUATION:
+                    self.edges.append((here, self._single_terminal(b), self._node(target, False, queue)))
+                elif b == QUOTE:
+                    for term, land in self._string_tokens(target):
+                        self.edges.append((here, term, self._node(land, False, queue)))
+                elif b in WORD:
+                    if not words_done:
+                        words_done = True
+                        for term, land in self._word_tokens(state):
+                            self.edges.append((here, term, self._node(land, True, queue)))
+                elif b == CALL_MARKER:
+                    for rule, land in self._calls(target):
+                        self.edges.append((here, -(rule + 1), self._node(land, True, queue)))
+                else:
+                    raise NotTokenizable(f"byte {b:#04x} starts no JSON token (rule {self.index})")
+
+    def _single_terminal(self, byte: int) -> int:
+        key = (byte, 0)
+        got = self._single.get(key)
+        if got is None:
+            trans = np.array([[0, 0], [0, 2], [0, 0]], dtype=np.int32)
+            classes = np.zeros(256, dtype=np.uint8)
+            classes[byte] = 1
+            got = self._single[key] = self.terminals.add(
+                (trans, classes, np.array([False, False, True]), 1), repr(chr(byte)))
+        return got
+
+    def _calls(self, state: int) -> list[tuple[int, int]]:
+        out = []
+        row = self._byte_row
+        for hi in np.flatnonzero(row[state]).tolist():
+            mid = int(row[state][hi])
+            for lo in np.flatnonzero(row[mid]).tolist():
+                out.append((hi << 8 | lo, int(row[mid][lo])))
+        return out
+
+    def _string_tokens(self, inside: int) -> list[tuple[int, int]]:
+        """Terminals of the strings whose first byte after the quote leaves the DFA in `inside`, by the state
+        their closing quote lands in."""
+        got = self._strings.get(inside)
+        if got is None:
+            got = self._strings[inside] = self._cut(inside, _string_step, "string")
+        return got
+
+    def _word_tokens(self, state: int) -> list[tuple[int, int]]:
+        """Terminals of the numbers and literals read from boundary `state`, by the state each ends in."""
+        got = self._words.get(state)
+        if got is None:
+            got = self._words[state] = self._cut(state, _word_step, "word")
+        return got
+
+    def _cut(self, origin: int, step: object, kind: str) -> list[tuple[int, int]]:
+        """Explore one token's walk from `origin` (a virtual start: for a string the state after its quote, for a
+        word the boundary state), and make one terminal per landing state.
+
+        `step(row, mode, byte, first)` gives ("go", next mode), ("end", None) or None for each byte."""
+        row = self._byte_row
+        # product states (dfa state, mode); index 0 is the virtual start
+        states: list[tuple[int, int]] = [(origin, _IN)]
+        ids = {(origin, _IN, True): 0}
+        edges: list[list[tuple[int, int]]] = [[]]  # per product state: (byte, next product state or -landing-1)
+        i = 0
+        while i < len(states):
+            dstate, mode = states[i]
+            first = i == 0
+            out = edges[i]
+            for b in np.flatnonzero(row[dstate]).tolist():
+                verdict = step(mode, b, first)  # type: ignore[operator]
+                if verdict is None:
+                    continue
+                target = int(row[dstate][b])
+                what, new_mode = verdict
+                if what == "end":
+                    out.append((b, -target - 1))
+                    continue
+                key = (target, new_mode, False)
+                j = ids.get(key)
+                if j is None:
+                    j = ids[key] = len(states)
+                    states.append((target, new_mode))
+                    edges.append([])
+                out.append((b, j))
+            if kind == "word" and not first and self._word_ends(dstate):
+                out.append((-1, -dstate - 1))  # may end here (the next byte is not a word byte)
+            i += 1
+        landings: dict[int, list[tuple[int, int]]] = {}
+        for s, out in enumerate(edges):
+            for b, t in out:
+                if t < 0:
+                    landings.setdefault(-t - 1, []).append((s, b))
+        result = []
+        for land, ends in landings.items():
+            result.append((self.terminals.add(_token_automaton(edges, ends, kind), f"{kind}@{self.index}"), land))
+        return result
+
+    def _word_ends(self, state: int) -> bool:
+        """Whether a word may end in `state`: the rule ends there, or a byte other than a word byte goes on."""
+        if self.dfa.accepting[state]:
+            return True
+        live = np.flatnonzero(self._byte_row[state])
+        return any(b not in WORD for b in live.tolist())
+
+
+def _string_step(mode: int, b: int, first: bool) -> tuple[str, int] | None:
+    if mode == _IN:
+        if b == QUOTE:
+            return ("end", 0)
+        return ("go", _ESCAPE if b == BACKSLASH else _IN)
+    if mode == _ESCAPE:
+        return ("go", 2 if b == 0x75 else _IN)
+    return ("go", mode + 1 if mode < 5 else _IN)
+
+
+def _word_step(mode: int, b: int, first: bool) -> tuple[str, int] | None:
+    return ("go", _IN) if b in WORD else None
+
+
+def _token_automaton(edges: list[list[tuple[int, int]]], ends: list[tuple[int, int]], kind: str) -> Automaton:
+    """The automaton of the walks from product state 0 that end in one landing (`ends`: (state, byte) pairs
+    whose byte closes the token there; byte -1: the token may stop in that state)."""
+    n = len(edges)
+    reverse: list[list[int]] = [[] for _ in range(n)]
+    for s, out in enumerate(edges):
+        for _, t in out:
+            if t >= 0:
+                reverse[t].append(s)
+    live = [False] * n
+    stack = [s for s, _ in ends]
+    for s in stack:
+        live[s] = True
+    while stack:
+        for p in reverse[stack.pop()]:
+            if not live[p]:
+                live[p] = True
+                stack.append(p)
+    closing = {(s, b) for s, b in ends if b >= 0}
+    stops = {s for s, b in ends if b < 0}
+    number = {0: 1}
+    order = [0]
+    for s in order:
+        for _, t in edges[s]:
+            if t >= 0 and live[t] and t not in number:
+                number[t] = len(order) + 1
+                order.append(t)
+    size = len(order) + 2  # dead, states, the accepting sink
+    sink = size - 1
+    trans = np.zeros((size, 256), dtype=np.int32)
+    accepting = np.zeros(size, dtype=bool)
+    accepting[sink] = kind == "string"
+    for s in order:
+        me = number[s]
+        if s in stops:
+            accepting[me] = True
+        for b, t in edges[s]:
+            if b < 0:
+                continue
+            if t >= 0:
+                if live[t]:
+                    trans[me, b] = number[t]
+            elif (s, b) in closing:
+                trans[me, b] = sink
+    if kind == "string":  # the lexeme starts at the opening quote: a state before the first one
+        trans = np.vstack([trans[:1], trans[:1], trans[1:]])
+        trans[trans > 0] += 1
+        trans[1, QUOTE] = 2
+        accepting = np.concatenate([[False, False], accepting[1:]])
+    return trans, np.arange(256, dtype=np.uint8), accepting, 1
+
+
+def value_grammar(start: Node, rules: Sequence[Node], threads: int = 1) -> ContextFreeGrammar:
+    """The context-free grammar of one value of `start`, in which `call(k)` is a value of `rules[k]`.
+
+    Raises NotTokenizable where the rules are not JSON token streams (see the module docstring)."""
+    nodes = [start, *rules]
+    if calls_in_products(nodes):
+        raise NotTokenizable("a recursive value inside a difference or intersection of languages")
+    dfas = compile_dfas(nodes, threads=threads)
+    terminals = _Terminals()
+    cut = [_Rule(dfa, i, terminals) for i, dfa in enumerate(dfas)]
+    names = [f"value{i}" for i in range(len(cut))]
+    first_node: list[int] = []
+    for r in cut:
+        first_node.append(len(names))
+        names.extend(f"value{r.index}.{j}" for j in range(len(r.nodes)))
+    out: list[Rule] = []
+    for i, r in enumerate(cut):
+        if r.dfa.start == DEAD:
+            continue
+        base = first_node[i]
+        out.append(Rule(base, ()))
+        for a, symbol, b in r.edges:
+            if symbol < 0:  # a call of rules[k], which is nonterminal k + 1 (0 is the start value)
+                k = -symbol - 1
+                if k >= len(rules):
+                    raise NotTokenizable(f"a call of rule {k}, past the {len(rules)} rules given")
+                symbol = nonterminal_symbol(k + 1)
+            out.append(Rule(base + b, (nonterminal_symbol(base + a), symbol)))
+        out.extend(Rule(i, (nonterminal_symbol(base + a),)) for a in r.accepting)
+    grammar = ContextFreeGrammar(
+        terminals=tuple(Terminal(name, Bytes(0), automaton=a) for name, a in zip(terminals.names, terminals.automata)),
+        nonterminals=tuple(names),
+        rules=tuple(out),
+        start=0,
+        priorities=False,
+    )
+    return normalize(grammar)
