@@ -1,11 +1,13 @@
 """`tooldec sample --regex | --schema | --choice | --grammar`: every printed output matches, validates or is an
-option, with or without a tokenizer; exactly one source; bad input is a clear error with exit 2."""
+option, with or without a tokenizer; exactly one source; bad input is a clear error with exit 2. `tooldec run
+--output-schema | --output-regex` on a tiny random model: the answer validates or matches."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -85,3 +87,55 @@ def test_bad_input_is_a_clear_error(tmp_path: Path, args: list[str], words: str)
     assert result.exit_code == 2, result.output
     assert words in " ".join(result.output.split()), result.output
     assert "Traceback" not in result.output
+
+
+@pytest.fixture
+def tiny_lm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, bytelevel_tokenizer: Tokenizer, bytelevel_vocab: Any,
+            tiny_llama: Any) -> Any:
+    """`tooldec run`'s model loader answering a tiny random Llama with a chat template (no download)."""
+    transformers = pytest.importorskip("transformers")
+    from tooldec.backends.loader import LoadedModel
+
+    monkeypatch.setenv("TOOLDEC_CACHE", str(tmp_path))
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bytelevel_tokenizer)
+    tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
+    lm = LoadedModel(tiny_llama(bytelevel_vocab.size, seed=2), tokenizer, bytelevel_vocab, "tiny", "test", 0.0)
+    monkeypatch.setattr("tooldec.backends.load_model", lambda *_a, **_k: lm)
+    return lm
+
+
+def test_run_answers_in_a_structure(tmp_path: Path, tiny_lm: Any) -> None:
+    schema = {"type": "object", "properties": {"answer": {"enum": ["twelve", "other"]}, "sure": {"type": "boolean"}},
+              "required": ["answer", "sure"], "additionalProperties": False}
+    path = tmp_path / "answer.json"
+    path.write_text(json.dumps(schema))
+    common = ["run", "What is 3 times 4?", "--no-prefix-cache", "--max-new-tokens", "24", "--json"]
+    result = CliRunner().invoke(app, [*common, "--output-schema", str(path)])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout.splitlines()[-1])
+    jsonschema.validate(out["value"], schema)
+    assert json.loads(out["answer"]) == out["value"]
+    result = CliRunner().invoke(app, [*common, "--output-regex", "(yes|no), [0-9]"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout.splitlines()[-1])
+    assert re.fullmatch("(yes|no), [0-9]", out["answer"]) and out["value"] == out["answer"]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--output-regex", "(?<=a)b"], "--output-regex: terminal regex"),
+        (["--output-schema", "missing.json"], "--output-schema: [Errno 2]"),
+        (["--output-regex", "a", "--output-schema", "x.json"], "at most one of --output-schema and --output-regex"),
+    ],
+    ids=["lookaround", "no-file", "both"],
+)
+def test_run_refuses_a_bad_structure_before_loading(monkeypatch: pytest.MonkeyPatch, args: list[str],
+                                                    words: str) -> None:
+    def no_model(*_a: object, **_k: object) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("tooldec.backends.load_model", no_model)
+    result = CliRunner().invoke(app, ["run", "What is 3 times 4?", *args])
+    assert result.exit_code == 2, result.output
+    assert words in " ".join(result.output.split()), result.output

@@ -25,13 +25,12 @@ from tooldec.integrations.batch import (
     PolicyBatch,
     PolicyFactory,
     ToolRequestError,
-    check_output,
     grammar_payload,
     output_payload,
     read_request,
     tool_payload,
 )
-from tooldec.structured import Choice, JsonSchema, Regex
+from tooldec.structured import Choice, JsonSchema, Regex, check_output
 from tooldec.vocab import Vocabulary
 
 CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 6}, "days": {"type": "integer"}},

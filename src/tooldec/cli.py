@@ -273,13 +273,37 @@ def run(
     explain: bool = typer.Option(
         False, "--explain", help="Show where guidance overrode the model (probability mass removed per step)."
     ),
+    output_schema: Path | None = typer.Option(
+        None, "--output-schema", help="Give the final answer as JSON valid under this JSON Schema file (guided)."
+    ),
+    output_regex: str | None = typer.Option(
+        None, "--output-regex", help="Give the final answer as text matching this regex (guided)."
+    ),
 ) -> None:
-    """Answer a question with tools: the model reasons, calls tools (guided), reads results, answers."""
+    """Answer a question with tools: the model reasons, calls tools (guided), reads results, answers (in a
+    structure with --output-schema or --output-regex: one more guided decoding gives the final answer)."""
     from tooldec.agents.executor import load_executor
     from tooldec.backends import DEFAULT_MODEL, load_model
     from tooldec.backends.loader import idle_cores
     from tooldec.backends.progress import Stages, quiet_libraries
     from tooldec.decoding import SamplingParams
+    from tooldec.structured import JsonSchema, Regex, check_output
+
+    structure: JsonSchema | Regex | None = None
+    if output_schema is not None and output_regex is not None:
+        _fail("give at most one of --output-schema and --output-regex")
+    option = "--output-schema" if output_schema is not None else "--output-regex"
+    try:  # checked before the model loads
+        if output_schema is not None:
+            structure = JsonSchema(output_schema.read_text(encoding="utf-8"))
+        elif output_regex is not None:
+            structure = Regex(output_regex)
+        if structure is not None:
+            check_output(structure)
+    except RecursionError:
+        _fail(f"{option}: nested too deep to compile")
+    except (ToolDecError, OSError) as exc:
+        _fail(f"{option}: {exc}")
 
     try:
         executor = load_executor(tools)
@@ -304,6 +328,10 @@ def run(
             if warm["prefix_tokens"]:
                 stage.note(f"prompt start of {warm['prefix_tokens']} tokens "
                            f"{'read from' if warm['stored'] else 'computed and written to'} the prefix cache")
+            if structure is not None:
+                from tooldec.agents.final import structured_answer
+
+                structured_answer(lm, structure, question, result, params=params, max_new_tokens=max_new_tokens)
     except (ToolDecError, ValueError) as exc:
         _fail(str(exc))
     from tooldec.agents.explain import describe, summarize

@@ -18,6 +18,7 @@ generator loads them on use.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from tooldec.specs import ToolSet, ToolSpec, from_function
 
 if TYPE_CHECKING:
     from tooldec.backends.loader import LoadedModel
+    from tooldec.decoding.decoder import Generation
     from tooldec.decoding.logits_processor import ToolDecLogitsProcessor
     from tooldec.decoding.sampling import SamplingParams
 
@@ -212,6 +214,21 @@ def structured_output(key: str, value: Any) -> OutputType:
     raise ValueError(f"unknown structured output {key!r}; known: {', '.join(STRUCTURED_KEYS)}")
 
 
+@functools.lru_cache(maxsize=1)
+def _byte_compiler() -> Compiler:
+    """A compiler over single bytes: an output type compiles over it as over any vocabulary, errors included."""
+    from tooldec.vocab import Vocabulary
+
+    return Compiler(Vocabulary.from_bytes([bytes([b]) for b in range(256)] + [None], eos_id=256))
+
+
+def check_output(output: OutputType) -> None:
+    """Compile an output type over single bytes (no model's vocabulary needed), so that a schema, regex, choice or
+    grammar tooldec cannot guide is refused before a model is loaded or a request runs. Raises its ToolDecError
+    (a ValueError naming the schema path, the construct refused, or the grammar's line and column)."""
+    output.compile(_byte_compiler())
+
+
 class IncompleteOutputError(ToolDecError, ValueError):
     """A generation that ended (its token budget spent) before the output was complete; `text` is what it wrote."""
 
@@ -265,23 +282,32 @@ class Generator:
     def batch(
         self, prompts: Sequence[Prompt], *, max_new_tokens: int = 256, params: SamplingParams | None = None
     ) -> list[Any]:
-        """The values of one output per prompt, decoded together (one row each; one at a time under llama.cpp,
-        which decodes one sequence)."""
+        """The values of one output per prompt, decoded together."""
+        gens = self.generations(prompts, max_new_tokens=max_new_tokens, params=params)
+        return [self.value(gen, max_new_tokens) for gen in gens]
+
+    def generations(
+        self, prompts: Sequence[Prompt], *, max_new_tokens: int = 256, params: SamplingParams | None = None
+    ) -> list[Generation]:
+        """The decoding of one output per prompt, with what it cost (one row each, decoded together; one at a time
+        under llama.cpp, which decodes one sequence); `value` reads each one's value."""
         from tooldec.decoding import CallController, SamplingParams
         from tooldec.decoding.decoder import Decoder
 
         decoder = Decoder(self.model.model, self.model.vocab)
         ids = [self._encode(p) for p in prompts]
-        groups = [[i] for i in ids] if self.model.backend == "llamacpp" else [ids]
-        values = []
-        for group in groups:
+        gens: list[Generation] = []
+        for group in [[i] for i in ids] if self.model.backend == "llamacpp" else [ids]:
             controllers = [CallController(self.compiled) for _ in group]
-            gens = decoder.generate(group, controllers, params or SamplingParams(), max_new_tokens=max_new_tokens)
-            for gen in gens:
-                if not gen.events:
-                    raise IncompleteOutputError(gen.text, max_new_tokens)
-                values.append(self.output_type.parse(gen.events[0].text))
-        return values
+            gens += decoder.generate(group, controllers, params or SamplingParams(), max_new_tokens=max_new_tokens)
+        return gens
+
+    def value(self, gen: Generation, max_new_tokens: int) -> Any:
+        """The value of one of `generations`; raises IncompleteOutputError when its `max_new_tokens` ran out before
+        the output was complete."""
+        if not gen.events:
+            raise IncompleteOutputError(gen.text, max_new_tokens)
+        return self.output_type.parse(gen.events[0].text)
 
     def logits_processor(self, batch_size: int = 1) -> ToolDecLogitsProcessor:
         """A transformers LogitsProcessor guiding `batch_size` rows of `model.generate` by this output type (a

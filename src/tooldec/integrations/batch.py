@@ -192,21 +192,6 @@ def output_payload(key: Literal["json", "regex", "choice"], value: Any) -> dict[
     return {f"tooldec_{key}": value}
 
 
-@functools.lru_cache(maxsize=1)
-def _byte_compiler() -> Compiler:
-    """A compiler over single bytes: an output type compiles over it as over any vocabulary, errors included."""
-    from tooldec.vocab import Vocabulary
-
-    return Compiler(Vocabulary.from_bytes([bytes([b]) for b in range(256)] + [None], eos_id=256))
-
-
-def check_output(output: OutputType) -> None:
-    """Compile an output type over single bytes (no model's vocabulary needed), so that a schema, regex or choice
-    tooldec cannot guide is refused before the request runs. Raises its ToolDecError (a ValueError naming the
-    schema path, or the construct refused)."""
-    output.compile(_byte_compiler())
-
-
 def grammar_payload(text: str, syntax: Literal["lark", "gbnf"] | None = None) -> dict[str, str]:
     """The extra-arguments entries that guide a request's whole answer by a grammar (`syntax` read from the
     text when None). Pass them as the request body's `vllm_xargs` or `SamplingParams(extra_args=...)`."""

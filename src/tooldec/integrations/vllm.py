@@ -56,12 +56,12 @@ from tooldec.integrations.batch import (
     ToolRequest,
     check_compiles,
     check_grammar,
-    check_output,
     grammar_payload,
     opening_overlap,
     output_payload,
     tool_payload,
 )
+from tooldec.structured import check_output
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
