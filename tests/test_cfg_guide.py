@@ -258,8 +258,9 @@ def test_cli_samples_and_checks_grammars(tmp_path: Path) -> None:
     parser = lark.Lark(ARITH, parser="lalr")
     lines = [json.loads(line) for line in got.stdout.splitlines()]
     assert len(lines) == 5
-    for text in lines:
-        parser.parse(text)
+    for line in lines:
+        assert line["value"] == line["text"] and line["tokens"] >= len(line["text"].encode())  # bytes, then EOS
+        parser.parse(line["text"])
     good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
     good.write_text("(1 + 2) * 3")
     bad.write_text("(1 + 2 * 3\n+ )")

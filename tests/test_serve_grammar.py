@@ -1,4 +1,5 @@
-"""`tooldec serve` with vLLM's `structured_outputs.grammar`, through the real `openai` client (`extra_body`).
+"""`tooldec serve` with vLLM's `structured_outputs` (grammar, regex, choice, json), through the real `openai` client
+(`extra_body`).
 
 The tiny random Llama of test_serve.py, with EOS boosted so that answers end: every sentence below is the
 guidance's doing, and `lark` (an independent parser) must accept each one that ended with "stop".
@@ -6,9 +7,11 @@ guidance's doing, and `lark` (an independent parser) must accept each one that e
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
+import jsonschema
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -143,11 +146,17 @@ def test_a_bad_grammar_is_a_400_naming_its_line_and_column(client: Any, server: 
         ({"regex": "(?<=a)b"}, {}, "structured_outputs.regex", "lookaround"),
         ({"grammar": ARITH, "choice": ["a", "b"]}, {}, "structured_outputs.choice", "one of grammar, regex"),
         ({"choice": []}, {}, "structured_outputs.choice", "at least one option"),
-        ({"json": {"type": "object"}}, {}, "structured_outputs.json", "not supported yet"),
-        ({}, {}, "structured_outputs", "needs a grammar"),
+        ({"structural_tag": "x"}, {}, "structured_outputs.structural_tag", "not supported"),
+        ({}, {}, "structured_outputs", "needs one of json, regex"),
+        ({"json": {"type": "integer", "minimum": 5, "maximum": 1}}, {}, "structured_outputs.json", "no value"),
+        ({"json": {"type": "object", "properties": {"x": {"type": "array", "uniqueItems": True,
+                   "items": {"type": "object"}}}}}, {}, "structured_outputs.json.properties.x.uniqueItems", "uniqueItems"),
+        ({"json": "{not json"}, {}, "structured_outputs.json", "not valid JSON"),
+        ({"json": {"type": "object"}, "regex": "a"}, {}, "structured_outputs.json", "one of grammar"),
         ({"grammar": 3}, {}, "structured_outputs.grammar", "valid string"),
     ],
-    ids=["tools", "response_format", "bad-regex", "two-keys", "no-choice", "json", "empty", "not-a-string"],
+    ids=["tools", "response_format", "bad-regex", "two-keys", "no-choice", "unknown-key", "empty", "empty-schema",
+         "unsupported-keyword", "schema-not-json", "json-and-regex", "not-a-string"],
 )
 def test_structured_outputs_it_cannot_honour_are_a_400(server: Server, outputs: dict[str, Any],
                                                        extra: dict[str, Any], param: str, words: str) -> None:
@@ -177,3 +186,31 @@ def test_a_regex_or_a_choice_guides_the_whole_answer(client: Any) -> None:
             choice = answer.choices[0]
             if choice.finish_reason == "stop":
                 assert ok(choice.message.content), (outputs, choice.message.content)
+
+
+CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
+                                         "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+        "required": ["city", "days"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("schema", [CITY, json.dumps(CITY)], ids=["object", "json-text"])
+def test_a_json_schema_guides_the_whole_answer(client: Any, schema: Any) -> None:
+    ended = 0
+    for seed in range(4):
+        answer = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=64, temperature=1.0,
+                                                seed=seed, extra_body={"structured_outputs": {"json": schema}})
+        choice = answer.choices[0]
+        assert not choice.message.tool_calls and choice.finish_reason in ("stop", "length")
+        if choice.finish_reason == "stop":
+            jsonschema.validate(json.loads(choice.message.content), CITY)
+            ended += 1
+    assert ended, "no answer ended"
+    whole = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=64, temperature=1.0, seed=1,
+                                           extra_body={"structured_outputs": {"json": schema}}).choices[0]
+    content, finish = "", None
+    for chunk in client.chat.completions.create(model=MODEL, messages=USER, max_tokens=64, temperature=1.0, seed=1,
+                                                stream=True, extra_body={"structured_outputs": {"json": schema}}):
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            finish = c.finish_reason or finish
+    assert (content, finish) == (whole.message.content, whole.finish_reason)

@@ -753,3 +753,32 @@ def test_vllm_grammar_payload_guides_the_whole_answer(client: Any) -> None:
     assert streamed == text and text, text
     with pytest.raises(openai.BadRequestError, match="line 2"):
         client.chat.completions.create(extra_body={"vllm_xargs": grammar_payload('start: "a"\nb: (\n')}, **kwargs)
+
+
+@pytest.mark.vllm
+def test_vllm_output_payloads_guide_the_whole_answer(client: Any) -> None:
+    """`vllm_xargs` with `output_payload("json" | "regex" | "choice", ...)`: the answer validates, matches or is
+    one of the options; a schema or regex tooldec cannot guide is a 400 naming the problem."""
+    import re
+
+    import jsonschema
+    import openai
+
+    from tooldec.integrations.batch import output_payload
+
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
+              "additionalProperties": False}
+    kwargs: dict[str, Any] = {"model": "smollm2", "max_tokens": 48, "temperature": 0,
+                              "messages": [{"role": "user", "content": "What is 12 times 3 plus 4?"}]}
+    for key, value, ok in [
+        ("json", schema, lambda t: jsonschema.validate(json.loads(t), schema) is None),
+        ("regex", r"[0-9]{1,4}", lambda t: re.fullmatch(r"[0-9]{1,4}", t) is not None),
+        ("choice", ["40", "48", "52"], lambda t: t in ("40", "48", "52")),
+    ]:
+        answer = client.chat.completions.create(extra_body={"vllm_xargs": output_payload(key, value)}, **kwargs)
+        text = answer.choices[0].message.content or ""
+        assert answer.choices[0].finish_reason == "stop" and ok(text), (key, text)
+    for key, value, words in [("regex", "(?<=a)b", "lookaround"), ("json", {"type": "integer", "minimum": 3,
+                              "maximum": 1}, "no value"), ("choice", [], "at least one option")]:
+        with pytest.raises(openai.BadRequestError, match=words):
+            client.chat.completions.create(extra_body={"vllm_xargs": {f"tooldec_{key}": value}}, **kwargs)

@@ -30,32 +30,40 @@ def _fail(message: str) -> None:
 def sample(
     tools: Path | None = typer.Option(None, "--tools", help="OpenAI-style tools list (JSON), a BFCL entry, or OpenAPI."),
     grammar: Path | None = typer.Option(None, "--grammar", help="A grammar file (.lark or .gbnf) instead of tools."),
-    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="tokenizer.json (or its folder); a grammar "
-                                          "without one is walked byte by byte."),
+    regex: str | None = typer.Option(None, "--regex", help="A regex (Python re.fullmatch syntax) instead of tools."),
+    schema: Path | None = typer.Option(None, "--schema", help="A JSON Schema file instead of tools."),
+    choice: str | None = typer.Option(None, "--choice", help="Comma-separated options (a,b,c) instead of tools."),
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="tokenizer.json (or its folder); a grammar, "
+                                          "regex, schema or choice without one is walked byte by byte."),
     format: str = typer.Option("json", "--format", help="Call format: json | python | hermes | hermes-lines (pretty JSON too) | llama31 | mistral."),
     n: int = typer.Option(1, "--n", "-n", min=1, help="Number of walks."),
     seed: int = typer.Option(0, "--seed", help="Random seed."),
     max_tokens: int = typer.Option(4096, "--max-tokens", help="Give up a walk after this many tokens."),
-    as_json: bool = typer.Option(False, "--json", help="With --grammar: one JSON string per line."),
+    as_json: bool = typer.Option(False, "--json", help="Not --tools: one JSON object per line, as for tools "
+                                 "({text, value, tokens}), instead of the raw texts."),
 ) -> None:
     """Walk the guide choosing uniformly among allowed tokens: one JSON line per call walked (--tools), or the
-    grammar's sentences (--grammar)."""
+    outputs of a grammar, regex, schema or choice. Exactly one source; exit 2 on a bad one."""
     sys.set_int_max_str_digits(0)  # uniform walks write integers of thousands of digits
-    from tooldec.cli_grammar import sample_grammar
+    from tooldec.cli_grammar import read_output, sample_output
     from tooldec.compiler import Compiler
     from tooldec.sample import WalkTooLong, random_walk
     from tooldec.specs import load_tools_file
     from tooldec.vocab import Vocabulary
 
-    if (tools is None) == (grammar is None):
-        _fail("give exactly one of --tools and --grammar")
-    if grammar is not None:
+    sources = {"--tools": tools, "--grammar": grammar, "--regex": regex, "--schema": schema, "--choice": choice}
+    given = [name for name, value in sources.items() if value is not None]
+    if len(given) != 1:
+        _fail(f"give exactly one of {', '.join(sources)}" + (f", not {' and '.join(given)}" if given else ""))
+    if tools is None:
         try:
-            sample_grammar(grammar, tokenizer, n, seed, max_tokens, as_json)
+            output = read_output(grammar=grammar, regex=regex, schema=schema, choice=choice)
+            sample_output(output, tokenizer, n, seed, max_tokens, as_json)
+        except RecursionError:
+            _fail(f"{given[0]}: nested too deep to compile")
         except (ToolDecError, OSError, WalkTooLong) as exc:
-            _fail(str(exc))
+            _fail(f"{given[0]}: {exc}")
         return
-    assert tools is not None
     if tokenizer is None:
         _fail("--tools needs --tokenizer")
     assert tokenizer is not None
@@ -265,13 +273,37 @@ def run(
     explain: bool = typer.Option(
         False, "--explain", help="Show where guidance overrode the model (probability mass removed per step)."
     ),
+    output_schema: Path | None = typer.Option(
+        None, "--output-schema", help="Give the final answer as JSON valid under this JSON Schema file (guided)."
+    ),
+    output_regex: str | None = typer.Option(
+        None, "--output-regex", help="Give the final answer as text matching this regex (guided)."
+    ),
 ) -> None:
-    """Answer a question with tools: the model reasons, calls tools (guided), reads results, answers."""
+    """Answer a question with tools: the model reasons, calls tools (guided), reads results, answers (in a
+    structure with --output-schema or --output-regex: one more guided decoding gives the final answer)."""
     from tooldec.agents.executor import load_executor
     from tooldec.backends import DEFAULT_MODEL, load_model
     from tooldec.backends.loader import idle_cores
     from tooldec.backends.progress import Stages, quiet_libraries
     from tooldec.decoding import SamplingParams
+    from tooldec.structured import JsonSchema, Regex, check_output
+
+    structure: JsonSchema | Regex | None = None
+    if output_schema is not None and output_regex is not None:
+        _fail("give at most one of --output-schema and --output-regex")
+    option = "--output-schema" if output_schema is not None else "--output-regex"
+    try:  # checked before the model loads
+        if output_schema is not None:
+            structure = JsonSchema(output_schema.read_text(encoding="utf-8"))
+        elif output_regex is not None:
+            structure = Regex(output_regex)
+        if structure is not None:
+            check_output(structure)
+    except RecursionError:
+        _fail(f"{option}: nested too deep to compile")
+    except (ToolDecError, OSError) as exc:
+        _fail(f"{option}: {exc}")
 
     try:
         executor = load_executor(tools)
@@ -296,6 +328,10 @@ def run(
             if warm["prefix_tokens"]:
                 stage.note(f"prompt start of {warm['prefix_tokens']} tokens "
                            f"{'read from' if warm['stored'] else 'computed and written to'} the prefix cache")
+            if structure is not None:
+                from tooldec.agents.final import structured_answer
+
+                structured_answer(lm, structure, question, result, params=params, max_new_tokens=max_new_tokens)
     except (ToolDecError, ValueError) as exc:
         _fail(str(exc))
     from tooldec.agents.explain import describe, summarize

@@ -1,4 +1,5 @@
-"""The grammar side of the command line: `tooldec sample --grammar` and `tooldec check-grammar`."""
+"""The structured-output side of the command line: `tooldec sample --grammar | --regex | --schema | --choice` and
+`tooldec check-grammar`."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import typer
 
 from tooldec.cfg_guide import CompiledCfg
 from tooldec.errors import TokenRejectedError, ToolDecError
+from tooldec.structured import Choice, Grammar, JsonSchema, OutputType, Regex
+from tooldec.vocab import Vocabulary
 
 BYTE_VOCAB_EOS = 256
 
@@ -24,29 +27,53 @@ def grammar_syntax(path: Path) -> Literal["lark", "gbnf"]:
     raise ToolDecError(f"{path}: a grammar file must end in .lark or .gbnf")
 
 
+def vocabulary(tokenizer: Path | None) -> Vocabulary:
+    """The tokenizer's vocabulary, or single bytes without one."""
+    if tokenizer is None:
+        return Vocabulary.from_bytes([bytes([b]) for b in range(256)] + [None], eos_id=BYTE_VOCAB_EOS)
+    return Vocabulary.from_file(tokenizer)
+
+
+def grammar_file(path: Path) -> Grammar:
+    """The grammar in `path`, its syntax by the file's extension."""
+    return Grammar(path.read_text(encoding="utf-8"), grammar_syntax(path))
+
+
 def compile_grammar_file(path: Path, tokenizer: Path | None) -> CompiledCfg:
     """The grammar in `path` compiled over the tokenizer's vocabulary, or over single bytes without one."""
     from tooldec.compiler import Compiler
-    from tooldec.vocab import Vocabulary
 
-    syntax = grammar_syntax(path)
-    text = path.read_text(encoding="utf-8")
-    if tokenizer is None:
-        vocab = Vocabulary.from_bytes([bytes([b]) for b in range(256)] + [None], eos_id=BYTE_VOCAB_EOS)
-    else:
-        vocab = Vocabulary.from_file(tokenizer)
-    return Compiler(vocab).compile_grammar(text, syntax)
+    grammar = grammar_file(path)
+    return Compiler(vocabulary(tokenizer)).compile_grammar(grammar.text, grammar.syntax)
 
 
-def sample_grammar(path: Path, tokenizer: Path | None, n: int, seed: int, max_tokens: int, as_json: bool) -> None:
-    """Print `n` random guided sentences of the grammar (raw, or one JSON string per line)."""
+def read_output(*, grammar: Path | None, regex: str | None, schema: Path | None, choice: str | None) -> OutputType:
+    """The output type `tooldec sample` was given (exactly one source is given, the caller checked): a grammar
+    file, a regex, a JSON Schema file, or comma-separated choices. Raises ToolDecError or OSError."""
+    if grammar is not None:
+        return grammar_file(grammar)
+    if regex is not None:
+        return Regex(regex)
+    if schema is not None:
+        return JsonSchema(schema.read_text(encoding="utf-8"))
+    assert choice is not None
+    return Choice(choice.split(","))
+
+
+def sample_output(output: OutputType, tokenizer: Path | None, n: int, seed: int, max_tokens: int,
+                  as_json: bool) -> None:
+    """Print `n` random guided outputs: the raw texts, or with `as_json` one object per line as for tools,
+    `{"text", "value", "tokens"}` (the value parsed: the JSON of a schema, the text of the others)."""
+    from tooldec.compiler import Compiler
     from tooldec.sample import random_walk
 
-    compiled = compile_grammar_file(path, tokenizer)
+    compiled = output.compile(Compiler(vocabulary(tokenizer)))
     rng = random.Random(seed)
     for _ in range(n):
         guide = random_walk(compiled.guide(), rng, max_tokens=max_tokens, steer_after=max_tokens // 4)
-        print(json.dumps(guide.text(), ensure_ascii=False) if as_json else guide.text(), flush=True)
+        text = guide.text()
+        line = {"text": text, "value": output.parse(text), "tokens": guide.num_tokens}
+        print(json.dumps(line, ensure_ascii=False) if as_json else text, flush=True)
 
 
 def check_grammar(

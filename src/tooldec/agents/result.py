@@ -26,6 +26,9 @@ class AgentResult:
     errors: list[str] = field(default_factory=list)
     guided: list[GuidedStep] = field(default_factory=list)
     """Guided steps, when the agent explains (positions count the tokens of every decoding run in turn)."""
+    value: Any = None
+    """The answer's value when it was asked in a structure (`agents.final.structured_answer`): the parsed JSON of
+    a schema, the text of a regex."""
 
     def record(self, result: ToolResult) -> ToolResult:
         """Keep a call's result; a failed call's error also joins `errors`. Returns `result`."""
@@ -49,6 +52,7 @@ class AgentResult:
         """The `tooldec run --json` object."""
         return {
             "answer": self.answer,
+            "value": self.value,
             "calls": [c.to_dict() for c in self.calls],
             "text": self.text,
             "tokens": self.tokens,

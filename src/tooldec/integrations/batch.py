@@ -12,9 +12,12 @@ OpenAI request body's `vllm_xargs`, or `SamplingParams.extra_args`); the JSON ob
 A request guided by a context-free grammar instead carries its text as `{"tooldec_grammar": "<Lark or GBNF>"}`
 (plain strings, as `vllm_xargs` values are), with `"tooldec_grammar_syntax": "lark" | "gbnf"` where the dialect
 should not be read from the text (GBNF when a line defines a rule with `::=`, Lark otherwise); the whole answer
-is then a sentence of the grammar. A request carries tools or a grammar, not both.
+is then a sentence of the grammar. A JSON Schema, a regex or a choice guides the whole answer the same way (the
+output types of `tooldec.structured`): `{"tooldec_json": "<schema as JSON text>"}`, `{"tooldec_regex": "<pattern>"}`
+or `{"tooldec_choice": ["a", "b"]}`. A request carries tools or one of these, not two.
 
-`tool_payload(...)` and `grammar_payload(...)` write these entries; `read_request` reads either. `PolicyFactory` turns a request into a `CallController` (one per model:
+`tool_payload(...)`, `grammar_payload(...)` and `output_payload(key, value)` write these entries; `read_request`
+reads any of them. `PolicyFactory` turns a request into a `CallController` (one per model:
 it holds the compiler, whose compiled tool sets and grammars are cached) with the call formats of `tooldec serve`, the agents
 and the evaluation: any of the syntax's triggers opens a call (Hermes/Qwen: `<tool_call>`, a Markdown
 ```` ```json ```` block or a bare `{"name": "`) and a call may name a tool by a unique suffix of its name
@@ -45,6 +48,7 @@ from tooldec.errors import GrammarError, TokenRejectedError, ToolDecError
 from tooldec.grammar.calls import HERMES_BLOCKS, LAYOUTS, with_aliases
 from tooldec.grammar.cfg import load_grammar, sniff_syntax
 from tooldec.specs import ToolSet, from_openai_tools
+from tooldec.structured import OutputType, structured_output
 
 if TYPE_CHECKING:
     from tooldec.agents.chat import ChatSyntax
@@ -62,6 +66,10 @@ GRAMMAR_SYNTAX_KEY = "tooldec_grammar_syntax"
 
 GRAMMAR_SYNTAXES = ("lark", "gbnf")
 """Dialects a grammar may be written in."""
+
+OUTPUT_KEYS = {"tooldec_json": "json", "tooldec_regex": "regex", "tooldec_choice": "choice"}
+"""The keys of the request's extra arguments that hold a JSON Schema (its JSON text), a regex or a choice (a list
+of strings) guiding the whole answer, and the `structured_outputs` key each stands for."""
 
 SYNTAXES = ("hermes", "llama31", "mistral")
 """Call syntaxes a request may name (those of `tooldec.agents.chat.CHAT_SYNTAXES`)."""
@@ -136,11 +144,52 @@ class GrammarRequest:
         return cls(text, cast(Literal["lark", "gbnf"], syntax))
 
 
-def read_request(extra_args: Mapping[str, Any] | None) -> ToolRequest | GrammarRequest | None:
-    """What a request's extra arguments ask of tooldec: tools, a grammar, or nothing (None).
+@dataclass(frozen=True)
+class OutputRequest:
+    """A request whose whole answer is a JSON value valid under a schema, a regex's match or one of some choices:
+    the `structured_outputs` key it stands for and its output type."""
+
+    key: str
+    output: OutputType
+
+    @classmethod
+    def from_extra_args(cls, extra_args: Mapping[str, Any] | None) -> OutputRequest | None:
+        """The schema, regex or choice in a request's extra arguments, or None when it carries none. Raises
+        ToolRequestError for two of them, one with tools or a grammar, or a value of the wrong kind (a schema
+        that is not JSON text of an object, a choice that is not a list of strings)."""
+        given = [k for k in OUTPUT_KEYS if k in (extra_args or {})]
+        if not extra_args or not given:
+            return None
+        others = given[1:] + [k for k in (PAYLOAD_KEY, GRAMMAR_KEY) if k in extra_args]
+        if others:
+            raise ToolRequestError(f"a request carries one of {PAYLOAD_KEY!r}, {GRAMMAR_KEY!r} and "
+                                   f"{', '.join(map(repr, OUTPUT_KEYS))}, not {given[0]!r} and {others[0]!r}")
+        key = OUTPUT_KEYS[given[0]]
+        try:
+            return cls(key, structured_output(key, extra_args[given[0]]))
+        except ToolDecError as exc:
+            raise ToolRequestError(f"extra argument {given[0]!r}: {exc}") from None
+
+
+def read_request(extra_args: Mapping[str, Any] | None) -> ToolRequest | GrammarRequest | OutputRequest | None:
+    """What a request's extra arguments ask of tooldec: tools, a grammar, a schema, regex or choice, or nothing
+    (None).
 
     Raises ToolRequestError for a malformed payload."""
-    return GrammarRequest.from_extra_args(extra_args) or ToolRequest.from_extra_args(extra_args)
+    return (OutputRequest.from_extra_args(extra_args) or GrammarRequest.from_extra_args(extra_args)
+            or ToolRequest.from_extra_args(extra_args))
+
+
+def output_payload(key: Literal["json", "regex", "choice"], value: Any) -> dict[str, Any]:
+    """The extra-arguments entry that guides a request's whole answer by a JSON Schema (a dict, written as JSON
+    text), a regex or a choice (a list of strings), as `structured_outputs.<key>` would. Raises ToolDecError for a
+    value of the wrong kind."""
+    structured_output(key, value)  # refuses a value of the wrong kind here, not in the engine
+    if key == "json" and not isinstance(value, str):
+        value = json.dumps(value)
+    elif key == "choice":
+        value = list(value)
+    return {f"tooldec_{key}": value}
 
 
 def grammar_payload(text: str, syntax: Literal["lark", "gbnf"] | None = None) -> dict[str, str]:
@@ -402,7 +451,7 @@ class PolicyFactory:
         vocab = Vocabulary.from_hf(tokenizer, vocab_size=vocab_size)
         return cls(Compiler(vocab), syntax or detect_syntax(tokenizer), layout)
 
-    def policy(self, request: ToolRequest | GrammarRequest) -> CallController | CallsOnly:
+    def policy(self, request: ToolRequest | GrammarRequest | OutputRequest) -> CallController | CallsOnly:
         """A fresh policy for one request: the whole answer guided by its grammar, or guided calls of its tools in
         its syntax, its tool_choice mode.
 
@@ -411,6 +460,8 @@ class PolicyFactory:
         Hermes syntax gets a CallsOnly: calls back to back, then EOS."""
         if isinstance(request, GrammarRequest):
             return CallController(self.compiler.compile_grammar(request.text, request.syntax))
+        if isinstance(request, OutputRequest):
+            return CallController(request.output.compile(self.compiler))
         syntax = request_syntax(request, self.syntax, self.layout)
         grammar = self.compiler.compile(request.call_tools, with_aliases(syntax.format, request.tools))
         parallel = syntax.parallel and request.parallel
@@ -441,7 +492,7 @@ class _Row:
     """One request in the batch: its policy, the engine's live list of its output tokens, how many of them the
     policy has taken, and whether guidance was given up (a token the mask did not allow was sampled)."""
 
-    request: ToolRequest | GrammarRequest
+    request: ToolRequest | GrammarRequest | OutputRequest
     policy: CallController | CallsOnly | _EosOnly
     output: Sequence[int]
     seen: int = 0
@@ -471,7 +522,7 @@ class PolicyBatch:
         generated tokens (non-empty when a preempted request comes back); requests without tools or a grammar
         are not guided."""
         self.rows.pop(row, None)
-        request: ToolRequest | GrammarRequest | None
+        request: ToolRequest | GrammarRequest | OutputRequest | None
         try:
             request = read_request(extra_args)
         except ToolRequestError as exc:  # validate_params refuses these; never fail the whole batch here

@@ -17,7 +17,9 @@ Two pieces, both loaded by vLLM itself:
 
 Without the parser, a client may send the payload itself: `vllm_xargs=tool_payload(tools, tool_choice)` in the
 request body, or `SamplingParams(extra_args=tool_payload(...))` with the offline `LLM`. A whole answer guided by
-a Lark or GBNF grammar is asked the same way, with `grammar_payload(text)` (`{"tooldec_grammar": text}`).
+a Lark or GBNF grammar is asked the same way, with `grammar_payload(text)` (`{"tooldec_grammar": text}`), and one
+guided by a JSON Schema, a regex or a choice with `output_payload("json" | "regex" | "choice", value)`
+(`{"tooldec_json": "<schema JSON>"}`, `{"tooldec_regex": pattern}`, `{"tooldec_choice": [...]}`).
 
 This module imports vLLM; `import tooldec` never imports it.
 """
@@ -48,6 +50,7 @@ from tooldec.grammar.calls import call_blocks, name_aliases
 from tooldec.integrations.batch import (
     PAYLOAD_KEY,
     GrammarRequest,
+    OutputRequest,
     PolicyBatch,
     PolicyFactory,
     ToolRequest,
@@ -55,14 +58,16 @@ from tooldec.integrations.batch import (
     check_grammar,
     grammar_payload,
     opening_overlap,
+    output_payload,
     tool_payload,
 )
+from tooldec.structured import check_output
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
     from vllm.config import VllmConfig
 
-__all__ = ["ToolDecLogitsProcessor", "ToolDecToolParser", "grammar_payload", "tool_payload"]
+__all__ = ["ToolDecLogitsProcessor", "ToolDecToolParser", "grammar_payload", "output_payload", "tool_payload"]
 
 log = init_logger("vllm.tooldec")  # vLLM's log configuration covers its own namespace
 
@@ -91,15 +96,19 @@ def _load_tokenizer(model_config: Any) -> Any:
 
 
 class ToolDecLogitsProcessor(LogitsProcessor):
-    """Masks the logits of every request carrying a tooldec payload (tools or a grammar) to the tokens its policy
-    allows."""
+    """Masks the logits of every request carrying a tooldec payload (tools, a grammar, a schema, a regex or a
+    choice) to the tokens its policy allows."""
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         """Refuse a malformed payload before the request runs (vLLM answers HTTP 400 with the message): bad
-        JSON, bad tools, an unknown named tool, a schema tooldec cannot enforce, a grammar that cannot be read
-        (its line and column) or guided."""
+        JSON, bad tools, an unknown named tool, a schema tooldec cannot enforce (its path), a grammar that cannot
+        be read (its line and column) or guided, a regex it refuses, an empty choice."""
         extra = sampling_params.extra_args
+        output = OutputRequest.from_extra_args(extra)
+        if output is not None:
+            check_output(output.output)
+            return
         grammar = GrammarRequest.from_extra_args(extra)
         if grammar is not None:
             check_grammar(grammar.text, grammar.syntax)

@@ -2,7 +2,7 @@
 
 Routes: `POST /v1/chat/completions` (streamed as server-sent events or not), `GET /v1/models`, `GET /health`.
 A request is checked (pydantic, then `plan_request`), its prompt rendered by the chat template, its grammar
-compiled in a thread (cached per tool set, response schema or `structured_outputs.grammar`), and it joins the
+compiled in a thread (cached per tool set, response schema or `structured_outputs` entry), and it joins the
 engine's running batch. Every error a client can cause is a 4xx with an OpenAI error object; the app never
 answers a client's mistake with a 500.
 """

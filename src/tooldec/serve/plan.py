@@ -9,9 +9,9 @@ trigger, after which the call is guided; "required": the first trigger is forced
 tool, one call; "none": the first trigger is banned, and a ```` ```json ```` block stays content). With
 `parallel_tool_calls` the row goes back to text after a call (syntaxes that allow several calls in a turn),
 else it stops after one. `response_format` json_schema guides the whole answer by the schema's grammar, and
-vLLM's `structured_outputs.grammar` by a context-free grammar: GBNF when a line of it defines a rule with
-`::=`, Lark otherwise (`tooldec.grammar.cfg.sniff_syntax`). Its other keys (`regex`, `choice`, `json`, ...) are
-refused by name, not supported yet.
+vLLM's `structured_outputs` by the output type of its one key (`tooldec.structured.structured_output`): `json`
+(a JSON Schema), `regex`, `choice`, or `grammar` (GBNF when a line of it defines a rule with `::=`, Lark
+otherwise). Its other keys (`structural_tag`, ...) are refused by name.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from tooldec.decoding import CallController, FreeController, Policy
 from tooldec.decoding.sampling import SamplingParams
 from tooldec.errors import ToolDecError
 from tooldec.grammar.calls import FORMATS, CallFormat, JsonCall, ParallelCalls, with_aliases
-from tooldec.grammar.cfg import sniff_syntax
 from tooldec.serve.errors import APIError, grammar_error, pointer_param, tool_error
 from tooldec.serve.output import WHOLE, Kind
 from tooldec.serve.prompt import ChatTemplate
 from tooldec.serve.protocol import MAX_STOP, ChatCompletionRequest, NamedToolChoice, StructuredOutputs
 from tooldec.specs import ToolSet, from_openai_tools
+from tooldec.structured import STRUCTURED_KEYS, OutputType, structured_output
 
 
 @dataclass
@@ -48,25 +48,21 @@ class Plan:
     stop: tuple[str, ...]
     params: SamplingParams
     max_tokens: int | None
-    grammar: str | list[str] | None = None
-    """The value of `structured_outputs.<output>` (kind "grammar"): a grammar's text, a regex, or the choices."""
+    structured: OutputType | None = None
+    """The output type of `structured_outputs.<output>` (kind "grammar")."""
     output: str = "grammar"
-    """Which key of `structured_outputs` the request used: grammar, regex or choice."""
+    """Which key of `structured_outputs` the request used: json, regex, choice or grammar."""
 
     def compile(self, compiler: Compiler) -> CompiledGrammar | CompiledCfg | None:
         """The grammar this request decodes with (slow the first time for a tool set: run it in a thread);
         raises APIError naming the tool and JSON path of a schema, or the line and column of a grammar, that
         cannot be compiled."""
         if self.kind == "grammar":
-            assert self.grammar is not None
+            assert self.structured is not None
             try:
-                if isinstance(self.grammar, list):
-                    return compiler.compile_choice(self.grammar)
-                if self.output == "regex":
-                    return compiler.compile_regex(self.grammar)
-                return compiler.compile_grammar(self.grammar, sniff_syntax(self.grammar))
+                return self.structured.compile(compiler)
             except (ToolDecError, RecursionError) as exc:
-                raise grammar_error(exc, self.output) from exc
+                raise _output_error(exc, self.output) from exc
         if self.kind == "json":
             try:
                 return compiler.compile_schema(self.schema, additional_properties=not self.strict)
@@ -82,7 +78,9 @@ class Plan:
 
     def timeout_error(self, seconds: float) -> APIError:
         """The error of a compile that took longer than `seconds`, naming what did not compile."""
-        if self.kind == "grammar":
+        if self.kind == "grammar" and self.output == "json":
+            what, param, code = "schema", "structured_outputs.json", "schema_too_complex"
+        elif self.kind == "grammar":
             what, param, code = self.output, f"structured_outputs.{self.output}", "grammar_too_complex"
         elif self.kind == "json":
             what, param, code = "response schema", "response_format.json_schema.schema", "schema_too_complex"
@@ -119,27 +117,35 @@ def _located(exc: Exception, tools: ToolSet) -> APIError:
     return tool_error(exc)
 
 
-def _structured(outputs: StructuredOutputs | None) -> tuple[str, str | list[str]] | None:
-    """The one key of `structured_outputs` and its value, None without the object; raises APIError naming a key not
-    supported, or two keys given at once."""
+def _output_error(exc: Exception, key: str) -> APIError:
+    """A `structured_outputs.<key>` that cannot be compiled, as a 400: a schema's error at its JSON path, a
+    grammar's at its line and column."""
+    return tool_error(exc, "structured_outputs.json") if key == "json" else grammar_error(exc, key)
+
+
+def _structured(outputs: StructuredOutputs | None) -> tuple[str, OutputType] | None:
+    """The one key of `structured_outputs` and its output type, None without the object; raises APIError naming a
+    key not supported, a value of the wrong kind, or two keys given at once."""
     if outputs is None:
         return None
     for key, value in (outputs.model_extra or {}).items():
         if value is not None:
             raise APIError(
-                f"structured_outputs.{key} is not supported yet (only grammar, regex and choice)",
+                f"structured_outputs.{key} is not supported (only {', '.join(STRUCTURED_KEYS)})",
                 param=f"structured_outputs.{key}", code="unsupported_value",
             )
-    given: list[tuple[str, str | list[str]]] = [
-        (k, v) for k, v in (("grammar", outputs.grammar), ("regex", outputs.regex), ("choice", outputs.choice))
-        if v is not None
-    ]
+    values = {"json": outputs.json_, "regex": outputs.regex, "choice": outputs.choice, "grammar": outputs.grammar}
+    given = [(k, values[k]) for k in STRUCTURED_KEYS if values[k] is not None]
     if not given:
-        raise APIError("structured_outputs needs a grammar, a regex or a choice", param="structured_outputs")
+        raise APIError("structured_outputs needs one of json, regex, choice and grammar", param="structured_outputs")
     if len(given) > 1:
-        raise APIError(f"structured_outputs takes one of grammar, regex and choice, not {given[0][0]} and "
+        raise APIError(f"structured_outputs takes one of {', '.join(STRUCTURED_KEYS)}, not {given[0][0]} and "
                        f"{given[1][0]}", param=f"structured_outputs.{given[1][0]}")
-    return given[0]
+    key, value = given[0]
+    try:
+        return key, structured_output(key, value)
+    except ToolDecError as exc:
+        raise _output_error(exc, key) from exc
 
 
 def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:

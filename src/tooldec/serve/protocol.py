@@ -3,7 +3,8 @@ response objects, streamed or not.
 
 Fields OpenAI defines that this server does not implement are refused with a 400 when they would change the
 answer (`n` > 1, `logprobs`, penalties other than 0), and ignored when they would not (`user`, `metadata`).
-vLLM's `structured_outputs` is read for its `grammar` (the openai client sends it through `extra_body`).
+vLLM's `structured_outputs` is read for its `json`, `regex`, `choice` or `grammar` (the openai client sends it
+through `extra_body`).
 """
 
 from __future__ import annotations
@@ -97,13 +98,15 @@ class ResponseFormat(_Model):
 
 
 class StructuredOutputs(BaseModel):
-    """vLLM's `structured_outputs`: one of `{"grammar": "<Lark or GBNF text>"}`, `{"regex": "<pattern>"}` (the whole
-    answer matches it, Python `re.fullmatch` syntax) or `{"choice": ["a", "b"]}` guides the whole answer.
+    """vLLM's `structured_outputs`: one of `{"json": <JSON Schema or its text>}`, `{"grammar": "<Lark or GBNF
+    text>"}`, `{"regex": "<pattern>"}` (the whole answer matches it, Python `re.fullmatch` syntax) or
+    `{"choice": ["a", "b"]}` guides the whole answer.
 
-    Its other keys are kept (`model_extra`) so that the plan can refuse the ones not supported yet by name."""
+    Its other keys are kept (`model_extra`) so that the plan can refuse the ones not supported by name."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
 
+    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
     grammar: str | None = None
     regex: str | None = None
     choice: list[str] | None = None
