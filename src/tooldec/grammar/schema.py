@@ -209,6 +209,8 @@ class SchemaCompiler:
         self._any_limit = 0
         self._any_places: list[int] = []
         self._subtracts = False  # whether the build under way takes a difference of languages
+        # while the parts of an intersection compile: the order of the object keys they share (see _keys_of)
+        self._key_order: list[str] | None = None
         self._expansions = 0  # subschemas compiled so far (see MAX_EXPANSIONS)
 
     def _wrap(self, opening: str, body: Node, closing: str) -> Node:
@@ -325,10 +327,12 @@ class SchemaCompiler:
         """Run `build` one container level deeper."""
         self._depth += 1
         self._reached(0)
+        order, self._key_order = self._key_order, None
         try:
             return build()
         finally:
             self._depth -= 1
+            self._key_order = order
 
     def _compile(self, schema: Any, path: str) -> Node:
         self._expansions += 1
@@ -426,10 +430,43 @@ class SchemaCompiler:
             for ref in entered:
                 self._active_refs[ref] -= 1
         rest = {k: v for k, v in schema.items() if k != "allOf"}
-        nodes = [self._compile(p, _ptr(path, "allOf", i)) for i, p in enumerate(parts)]
-        if set(rest) - ANNOTATIONS:
-            nodes.append(self._compile(rest, path))
+        # the parts are intersected, so each lays out an object's keys in the one order the whole value uses
+        saved = self._key_order
+        self._key_order = self._keys_of([rest, *parts], saved)
+        try:
+            nodes = [self._compile(p, _ptr(path, "allOf", i)) for i, p in enumerate(parts)]
+            if set(rest) - ANNOTATIONS:
+                nodes.append(self._compile(rest, path))
+        finally:
+            self._key_order = saved
         return Intersect(tuple(nodes))
+
+    def _keys_of(self, schemas: list[Any], outer: list[str] | None) -> list[str]:
+        """The order of an object's keys under several schemas at once, as the canonical writer lays them out
+        (tooldec.grammar.canonical): the `properties` of each schema, its `allOf` parts and `anyOf` / `oneOf`
+        branches in turn, then their `required` keys; within `outer`, an order already in force."""
+        found: list[dict] = []
+        stack = list(reversed(schemas))
+        while stack and len(found) < MAX_EXPANSIONS:
+            sub = stack.pop()
+            if isinstance(sub, dict) and isinstance(sub.get("$ref"), str) and sub["$ref"].startswith("#"):
+                try:
+                    sub = resolve_pointer(self.root, sub["$ref"])
+                except LookupError:
+                    continue
+            if not isinstance(sub, dict):
+                continue
+            found.append(sub)
+            nested = [*(sub.get("allOf") or []), *(sub.get("anyOf") or []), *(sub.get("oneOf") or [])]
+            stack.extend(reversed([n for n in nested if isinstance(n, (dict, bool))]))
+        names = list(outer or [])
+        for sub in found:
+            props = sub.get("properties")
+            names += [k for k in props if isinstance(k, str)] if isinstance(props, dict) else []
+        for sub in found:
+            req = sub.get("required")
+            names += [k for k in req if isinstance(k, str)] if isinstance(req, list) else []
+        return list(dict.fromkeys(names))
 
     def _union(self, schema: dict, path: str) -> Node:
         key = "anyOf" if "anyOf" in schema else "oneOf"
@@ -869,7 +906,10 @@ class SchemaCompiler:
         pattern_keys = [self._pattern_keys(pat, _ptr(path, "patternProperties", pat)) for pat in patterns]
         members: list[tuple[str, Node, bool]] = []
         missing = [r for r in dict.fromkeys(required) if r not in props]
-        for name in [*props, *missing]:
+        laid_out = [*props, *missing]
+        if self._key_order is not None:  # a part of an intersection: every key the parts name, in their order
+            laid_out = [*self._key_order, *(n for n in laid_out if n not in self._key_order)]
+        for name in laid_out:
             if not isinstance(name, str):
                 raise self._bad("property names must be strings", _ptr(path, "required"))
             body = syn.dumps(name)[1:-1].encode()
@@ -889,6 +929,8 @@ class SchemaCompiler:
                     parts.append((sub, _ptr(path, "patternProperties", pat)))
                 governed = governed or (maybe if neg else surely)
             if name not in props and not governed:
+                if extra is False and name not in req:
+                    continue  # laid out for the other parts of an intersection, and closed here
                 # a required key with no declared schema takes additionalProperties (any value when absent)
                 parts.append((schema.get("additionalProperties", True) if extra is False else extra,
                               _ptr(path, "additionalProperties")))
@@ -899,7 +941,7 @@ class SchemaCompiler:
                 continue
             members.append((name, seq(lit(syn.dumps(name) + syn.key_sep), value), name in req))
         extras = self._nested(
-            lambda: self._extra_members(schema, path, [*props, *missing], names, extra, pattern_keys)
+            lambda: self._extra_members(schema, path, laid_out, names, extra, pattern_keys)
         )
         lo = self._count(schema, "minProperties", path) or 0
         hi = self._count(schema, "maxProperties", path)
