@@ -16,7 +16,7 @@ language of the rules, with no depth limit.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -106,44 +106,16 @@ class _Terminals:
         self._ids: dict[bytes, int] = {}
 
     def add(self, automaton: Automaton, name: str) -> int:
-        trans, classes, accepting, start = _canonical(automaton)
+        """The terminal of `automaton` (states numbered breadth first from start 1, as `_token_automaton` builds
+        them, so equal structures over the same byte classes are equal arrays)."""
+        trans, classes, accepting, _ = automaton
         key = b"|".join((trans.tobytes(), str(trans.shape).encode(), classes.tobytes(), accepting.tobytes()))
         got = self._ids.get(key)
         if got is None:
             got = self._ids[key] = len(self.automata)
-            self.automata.append((trans, classes, accepting, start))
+            self.automata.append(automaton)
             self.names.append(name)
         return got
-
-
-def _canonical(automaton: Automaton) -> Automaton:
-    """The same automaton with its byte classes coarsest (bytes with equal columns merged) and its states in
-    breadth-first order from start 1, so that equal structures compare equal."""
-    trans, classes, accepting, start = automaton
-    columns = trans[:, classes].T  # one row per byte
-    _, first, inverse = np.unique(columns, axis=0, return_index=True, return_inverse=True)
-    order = np.argsort(first)  # classes numbered by their first byte
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    new_classes = rank[inverse.reshape(-1)].astype(np.uint8)
-    reps = first[order]
-    cols = trans[:, classes[reps]]
-    n = trans.shape[0]
-    number = np.full(n, -1, dtype=np.int64)
-    number[DEAD] = 0
-    number[start] = 1
-    order_states = [start]
-    for s in order_states:
-        for t in cols[s]:
-            if number[t] < 0:
-                number[t] = len(order_states) + 1
-                order_states.append(int(t))
-    new = np.zeros((len(order_states) + 1, len(reps)), dtype=np.int32)
-    acc = np.zeros(len(order_states) + 1, dtype=bool)
-    for s in order_states:
-        new[number[s]] = number[cols[s]]
-        acc[number[s]] = accepting[s]
-    return new, new_classes, acc, 1
 
 
 class _Rule:
@@ -160,6 +132,7 @@ class _Rule:
         self._words: dict[int, list[tuple[int, int]]] = {}
         self._single: dict[tuple[int, int], int] = {}
         self._byte_row = np.asarray(dfa.trans)[:, np.asarray(dfa.classes)]  # int32[states, 256]
+        self._refinements: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._build()
 
     def _node(self, state: int, after_word: bool, queue: deque[tuple[int, bool]]) -> int:
@@ -233,49 +206,61 @@ class _Rule:
             got = self._words[state] = self._cut(state, _word_step, "word")
         return got
 
-    def _cut(self, origin: int, step: object, kind: str) -> list[tuple[int, int]]:
-        """Explore one token's walk from `origin` (a virtual start: for a string the state after its quote, for a
-        word the boundary state), and make one terminal per landing state.
+    def _refined(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        """Byte classes for one token kind: bytes the rule's DFA treats alike and the token's modes too (a quote,
+        a backslash, `u`, a hex digit, any other byte; a word byte or not). Returns (class per byte, a byte per
+        class)."""
+        got = self._refinements.get(kind)
+        if got is None:
+            category = _STRING_CATEGORY if kind == "string" else _WORD_CATEGORY
+            key = np.asarray(self.dfa.classes).astype(np.int64) * 8 + category
+            _, reps, inverse = np.unique(key, return_index=True, return_inverse=True)
+            got = self._refinements[kind] = (inverse.reshape(-1).astype(np.uint8), reps)
+        return got
 
-        `step(row, mode, byte, first)` gives ("go", next mode), ("end", None) or None for each byte."""
-        row = self._byte_row
+    def _cut(self, origin: int, step: Callable[[int, int], tuple[bool, int] | None], kind: str) -> list[tuple[int, int]]:
+        """Explore one token's walk from `origin` (a virtual start: for a string the state after its quote, for a
+        word the boundary state) over the kind's byte classes, and make one terminal per landing state.
+
+        `step(mode, byte)` gives (whether the token ends, next mode), or None where the byte is not the token's."""
+        classes, reps = self._refined(kind)
+        rep_list = reps.tolist()
+        columns = np.asarray(self.dfa.classes)[reps]
+        trans = np.asarray(self.dfa.trans)
         # product states (dfa state, mode); index 0 is the virtual start
         states: list[tuple[int, int]] = [(origin, _IN)]
-        ids = {(origin, _IN, True): 0}
-        edges: list[list[tuple[int, int]]] = [[]]  # per product state: (byte, next product state or -landing-1)
+        ids: dict[tuple[int, int], int] = {}
+        edges: list[list[tuple[int, int]]] = [[]]  # per product state: (class, next product state or -landing-1)
+        ends: dict[int, list[tuple[int, int]]] = {}  # landing -> (product state, class; -1: may stop there)
         i = 0
         while i < len(states):
             dstate, mode = states[i]
-            first = i == 0
             out = edges[i]
-            for b in np.flatnonzero(row[dstate]).tolist():
-                verdict = step(mode, b, first)  # type: ignore[operator]
+            targets = trans[dstate][columns].tolist()
+            for c, target in enumerate(targets):
+                if not target:
+                    continue
+                verdict = step(mode, rep_list[c])
                 if verdict is None:
                     continue
-                target = int(row[dstate][b])
-                what, new_mode = verdict
-                if what == "end":
-                    out.append((b, -target - 1))
+                closes, new_mode = verdict
+                if closes:
+                    ends.setdefault(target, []).append((i, c))
                     continue
-                key = (target, new_mode, False)
+                key = (target, new_mode)
                 j = ids.get(key)
                 if j is None:
                     j = ids[key] = len(states)
-                    states.append((target, new_mode))
+                    states.append(key)
                     edges.append([])
-                out.append((b, j))
-            if kind == "word" and not first and self._word_ends(dstate):
-                out.append((-1, -dstate - 1))  # may end here (the next byte is not a word byte)
+                out.append((c, j))
+            if kind == "word" and i and self._word_ends(dstate):
+                ends.setdefault(dstate, []).append((i, -1))  # may end here (the next byte is not a word byte)
             i += 1
-        landings: dict[int, list[tuple[int, int]]] = {}
-        for s, out in enumerate(edges):
-            for b, t in out:
-                if t < 0:
-                    landings.setdefault(-t - 1, []).append((s, b))
-        result = []
-        for land, ends in landings.items():
-            result.append((self.terminals.add(_token_automaton(edges, ends, kind), f"{kind}@{self.index}"), land))
-        return result
+        return [
+            (self.terminals.add(_token_automaton(edges, stops, classes, len(reps), kind), f"{kind}@{self.index}"), land)
+            for land, stops in ends.items()
+        ]
 
     def _word_ends(self, state: int) -> bool:
         """Whether a word may end in `state`: the rule ends there, or a byte other than a word byte goes on."""
@@ -285,31 +270,43 @@ class _Rule:
         return any(b not in WORD for b in live.tolist())
 
 
-def _string_step(mode: int, b: int, first: bool) -> tuple[str, int] | None:
+def _string_step(mode: int, b: int) -> tuple[bool, int] | None:
     if mode == _IN:
         if b == QUOTE:
-            return ("end", 0)
-        return ("go", _ESCAPE if b == BACKSLASH else _IN)
+            return (True, 0)
+        return (False, _ESCAPE if b == BACKSLASH else _IN)
     if mode == _ESCAPE:
-        return ("go", 2 if b == 0x75 else _IN)
-    return ("go", mode + 1 if mode < 5 else _IN)
+        return (False, 2 if b == 0x75 else _IN)
+    return (False, mode + 1 if mode < 5 else _IN)
 
 
-def _word_step(mode: int, b: int, first: bool) -> tuple[str, int] | None:
-    return ("go", _IN) if b in WORD else None
+def _word_step(mode: int, b: int) -> tuple[bool, int] | None:
+    return (False, _IN) if b in WORD else None
 
 
-def _token_automaton(edges: list[list[tuple[int, int]]], ends: list[tuple[int, int]], kind: str) -> Automaton:
-    """The automaton of the walks from product state 0 that end in one landing (`ends`: (state, byte) pairs
-    whose byte closes the token there; byte -1: the token may stop in that state)."""
+def _categories(groups: list[frozenset[int] | set[int]]) -> np.ndarray:
+    out = np.zeros(256, dtype=np.int64)
+    for i, group in enumerate(groups, start=1):
+        out[list(group)] = i
+    return out
+
+
+_STRING_CATEGORY = _categories([{QUOTE}, {BACKSLASH}, {0x75}, set(HEX)])
+_WORD_CATEGORY = _categories([set(WORD)])
+
+
+def _token_automaton(
+    edges: list[list[tuple[int, int]]], stops: list[tuple[int, int]], classes: np.ndarray, n_classes: int, kind: str
+) -> Automaton:
+    """The automaton of the walks from product state 0 that end in one landing (`stops`: (state, class) pairs
+    whose class closes the token there; class -1: the token may stop in that state)."""
     n = len(edges)
     reverse: list[list[int]] = [[] for _ in range(n)]
     for s, out in enumerate(edges):
         for _, t in out:
-            if t >= 0:
-                reverse[t].append(s)
+            reverse[t].append(s)
     live = [False] * n
-    stack = [s for s, _ in ends]
+    stack = [s for s, _ in stops]
     for s in stack:
         live[s] = True
     while stack:
@@ -317,38 +314,32 @@ def _token_automaton(edges: list[list[tuple[int, int]]], ends: list[tuple[int, i
             if not live[p]:
                 live[p] = True
                 stack.append(p)
-    closing = {(s, b) for s, b in ends if b >= 0}
-    stops = {s for s, b in ends if b < 0}
-    number = {0: 1}
+    lead = 1 if kind == "string" else 0  # a string's lexeme starts at its opening quote: one state before
+    number = {0: 1 + lead}
     order = [0]
     for s in order:
         for _, t in edges[s]:
-            if t >= 0 and live[t] and t not in number:
-                number[t] = len(order) + 1
+            if live[t] and t not in number:
+                number[t] = len(order) + 1 + lead
                 order.append(t)
-    size = len(order) + 2  # dead, states, the accepting sink
+    size = len(order) + 2 + lead  # dead, [the quote], states, the accepting sink
     sink = size - 1
-    trans = np.zeros((size, 256), dtype=np.int32)
+    trans = np.zeros((size, n_classes), dtype=np.int32)
     accepting = np.zeros(size, dtype=bool)
-    accepting[sink] = kind == "string"
+    for s, c in stops:
+        if c < 0:
+            accepting[number[s]] = True
+        else:
+            trans[number[s], c] = sink
+            accepting[sink] = True
     for s in order:
         me = number[s]
-        if s in stops:
-            accepting[me] = True
-        for b, t in edges[s]:
-            if b < 0:
-                continue
-            if t >= 0:
-                if live[t]:
-                    trans[me, b] = number[t]
-            elif (s, b) in closing:
-                trans[me, b] = sink
-    if kind == "string":  # the lexeme starts at the opening quote: a state before the first one
-        trans = np.vstack([trans[:1], trans[:1], trans[1:]])
-        trans[trans > 0] += 1
-        trans[1, QUOTE] = 2
-        accepting = np.concatenate([[False, False], accepting[1:]])
-    return trans, np.arange(256, dtype=np.uint8), accepting, 1
+        for c, t in edges[s]:
+            if live[t]:
+                trans[me, c] = number[t]
+    if lead:
+        trans[1, classes[QUOTE]] = 2
+    return trans, classes, accepting, 1
 
 
 def value_grammar(start: Node, rules: Sequence[Node], threads: int = 1) -> ContextFreeGrammar:
