@@ -9,7 +9,8 @@ engine is configured to write), tokenized once by the tokenizer, so every engine
 
 An engine runs in a worker process of its own (spawned), which the runner kills when a compile runs past the
 compile limit or the walks of one file past the walk limit (a timeout), or which dies (a crash); the next file
-gets a fresh worker. The worker times with the bench's clock (`--clock cpu`: the worker's own CPU time).
+gets a fresh worker. The worker times with the bench's clock, and the limits are on the same clock (`--clock
+cpu`: the worker's own CPU time, with elapsed time capped at WALL_FACTOR times the limit).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -32,9 +35,13 @@ SAMPLE_SEED = "maskbench-1"
 DEFAULT_FILES = 150
 COMPILE_TIMEOUT_S = 10.0
 WALK_TIMEOUT_S = 120.0
-"""Wall-clock limit on walking all instances of one file."""
+"""Limit on walking all instances of one file."""
 START_TIMEOUT_S = 600.0
-"""Wall-clock limit on a worker's start (imports and the engine's tokenizer preparation)."""
+"""Limit on a worker's start (imports and the engine's tokenizer preparation)."""
+WALL_FACTOR = 10.0
+"""With the CPU clock, limits are the worker's CPU seconds, and elapsed time is capped at this many times them."""
+POLL_S = 0.05
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 Progress = Callable[[str, int], None]
 """Called with a description and a number of finished files."""
@@ -253,16 +260,34 @@ class Worker:
         if self.prep_ms is None:
             self.prep_ms, self.version = reply[1], reply[2]
 
-    def _receive(self, timeout: float) -> tuple[Any, ...]:
-        """The worker's next message, ("timeout",) past `timeout` seconds, or ("crashed", exit code)."""
-        assert self.conn is not None
+    def _cpu_s(self) -> float:
+        """The worker's CPU time so far (all its threads), seconds; 0 where /proc is unavailable."""
         try:
-            if self.conn.poll(timeout):
-                return tuple(self.conn.recv())
+            with open(f"/proc/{self.process.pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+
+    def _receive(self, timeout: float) -> tuple[Any, ...]:
+        """The worker's next message, ("timeout",) past `timeout` seconds, or ("crashed", exit code).
+
+        With the CPU clock the limit is the worker's CPU time, so a loaded machine does not turn slow compiles
+        into timeouts; elapsed time is then capped at WALL_FACTOR times the limit.
+        """
+        assert self.conn is not None
+        cpu = self.clock == "cpu"
+        wall_limit = timeout * (WALL_FACTOR if cpu else 1.0)
+        start_wall, start_cpu = time.monotonic(), self._cpu_s() if cpu else 0.0
+        try:
+            while True:
+                if self.conn.poll(min(POLL_S, timeout)):
+                    return tuple(self.conn.recv())
+                over_cpu = cpu and self._cpu_s() - start_cpu > timeout
+                if over_cpu or time.monotonic() - start_wall > wall_limit:
+                    return ("timeout",)
         except (EOFError, OSError):
             pass
-        else:
-            return ("timeout",)
         self.process.join(5)
         return ("crashed", self.process.exitcode)
 
