@@ -10,7 +10,9 @@ import pytest
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
-from tooldec.bench.maskbench import load_file, run_maskbench, sample_files
+from tooldec.bench.engines.tooldec_engine import TooldecEngine
+from tooldec.bench.maskbench import load_file, run_maskbench, sample_files, spellings, walk_file
+from tooldec.grammar.canonical import CanonicalWriter
 from tooldec.vocab import Vocabulary
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
@@ -53,6 +55,23 @@ def test_sample_is_seeded_nested_and_blind_to_listing(shared: Path) -> None:
     assert sample_files(folder, 2, seed="other") != two or sample_files(folder, 3, seed="other") != three
     with pytest.raises(FileNotFoundError, match="maskbench"):
         sample_files(shared, 2)
+
+
+def test_an_instance_is_accepted_in_either_spelling(shared: Path) -> None:
+    writer = CanonicalWriter(PERSON)
+    canonical, own = spellings(writer, {"age": 7, "name": "Bo"})
+    assert (canonical, own) == ('{"name": "Bo", "age": 7}', '{"age": 7, "name": "Bo"}')
+    assert spellings(writer, {"name": "Bo"}) == ['{"name": "Bo"}'] and spellings(writer, float("nan")) == []
+    tok = shared / "tokenizers" / "tiny"
+    vocab = Vocabulary.from_file(tok)
+    eos = min(vocab.eos_ids)
+    engine = TooldecEngine(tok, vocab, eos)
+    first, second = ((*vocab.encode(t), eos) for t in (own, canonical))
+    walked = walk_file(engine, engine.compile_schema(PERSON), [(True, (first, second)), (True, (first,)), (False, ())])
+    assert (walked["valid_accepted"], walked["valid_total"], walked["invalid_rejected"]) == (1, 2, 1)
+    (wrong,) = walked["wrong"]
+    assert wrong.startswith("valid #1 rejected at token ") and wrong.endswith(f" of {len(first)}")
+    assert len(walked["first_mask_us"]) == 3  # both walks of #0, the one of #1
 
 
 def test_cli_table_counts_are_consistent(shared: Path, tmp_path: Path) -> None:

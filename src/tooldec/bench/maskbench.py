@@ -4,8 +4,9 @@ seeded sample of `SHARED/data/maskbench`, every engine in one run.
 Each file holds `{"schema": ..., "tests": [{"valid": bool, "data": ...}]}`. Every engine compiles each file's
 schema once (cache off) and walks each of its instances token by token: fill the mask of the current state, check
 the token is in it, advance; then EOS. An instance is accepted when every token, EOS included, is allowed and
-accepted. The instance's text is tooldec's canonical spelling (schema key order, `", "` and `": "`, what every
-engine is configured to write), tokenized once by the tokenizer, so every engine walks the same tokens.
+accepted in one of its spellings: tooldec's canonical one (schema key order, an enum's value as the schema writes
+it, `", "` and `": "`, the separators every engine is configured with), else the value as written (its own key
+order, Python's number spelling). Each is tokenized once by the tokenizer, so every engine walks the same tokens.
 
 An engine runs in a worker process of its own (spawned), which the runner kills when a compile runs past the
 compile limit or the walks of one file past the walk limit (a timeout), or which dies (a crash); the next file
@@ -49,11 +50,11 @@ Progress = Callable[[str, int], None]
 
 @dataclass(frozen=True)
 class Instance:
-    """One test instance: whether it is valid, and its tokens then EOS (None: a value JSON cannot write, NaN and
-    the like, rejected without a walk)."""
+    """One test instance: whether it is valid, and the tokens then EOS of each of its spellings, canonical first
+    (none: a value JSON cannot write, NaN and the like, rejected without a walk)."""
 
     valid: bool
-    tokens: tuple[int, ...] | None
+    spellings: tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True)
@@ -117,15 +118,22 @@ def sample_files(folder: Path, count: int, seed: str = SAMPLE_SEED) -> list[Path
     return sorted(ranked[:count] if count else ranked)
 
 
-def spelling(writer: CanonicalWriter | None, value: Any) -> str | None:
-    """The instance's text: tooldec's canonical spelling; the value's own key order with the same separators where
-    the writer cannot order it; None for a value with no JSON spelling."""
+def spellings(writer: CanonicalWriter | None, value: Any) -> list[str]:
+    """The instance's texts: tooldec's canonical spelling, then the value as written where that differs (the
+    value's own key order, the same separators); none for a value with no JSON spelling."""
+    out = []
+    if writer is not None:
+        try:
+            out.append(writer.dumps(value))
+        except (ValueError, TypeError):
+            return []
+        except Exception:  # noqa: BLE001 - the writer only picks key orders: the value's own order then
+            writer = None
     try:
-        return writer.dumps(value) if writer is not None else JSON.dumps(value)
+        out.append(JSON.dumps(value))
     except (ValueError, TypeError):
-        return None
-    except Exception:  # noqa: BLE001 - the writer only picks key orders: the value's own order then
-        return spelling(None, value)
+        return []
+    return list(dict.fromkeys(out))
 
 
 def load_file(path: Path, vocab: Vocabulary, eos_id: int) -> SchemaFile:
@@ -138,9 +146,8 @@ def load_file(path: Path, vocab: Vocabulary, eos_id: int) -> SchemaFile:
         writer = None
     instances = []
     for test in doc.get("tests", []):
-        text = spelling(writer, test.get("data"))
-        tokens = None if text is None else (*vocab.encode(text), eos_id)
-        instances.append(Instance(bool(test.get("valid")), tokens))
+        texts = spellings(writer, test.get("data"))
+        instances.append(Instance(bool(test.get("valid")), tuple((*vocab.encode(t), eos_id) for t in texts)))
     return SchemaFile(path.name, schema, tuple(instances))
 
 
@@ -164,38 +171,47 @@ def _walk(engine: Any, compiled: Any, tokens: Sequence[int], now: Callable[[], f
     return None, times
 
 
-def walk_file(engine: Any, compiled: Any, instances: Sequence[tuple[bool, tuple[int, ...] | None]]) -> dict[str, Any]:
-    """Every instance of a compiled file (`compiled` None: the schema admits no value, so all are rejected): the
-    counts, the wrong verdicts and the timings of the valid instances' walks."""
+def walk_file(engine: Any, compiled: Any, instances: Sequence[tuple[bool, Sequence[tuple[int, ...]]]]) -> dict[str, Any]:
+    """Every instance of a compiled file (`compiled` None: the schema admits no value, so all are rejected), each
+    spelling in turn until one is accepted: the counts, the wrong verdicts and the timings of the valid instances'
+    walks."""
     from tooldec.bench.measure import now_us
 
     out: dict[str, Any] = {"first_mask_us": [], "steps_us": [], "mask_us": [], "valid_total": 0,
                            "valid_accepted": 0, "invalid_total": 0, "invalid_rejected": 0, "wrong": []}
-    for i, (valid, tokens) in enumerate(instances):
-        times: list[float] = []
+    for i, (valid, texts) in enumerate(instances):
+        walks: list[list[float]] = []
+        refusals = []
         if compiled is None:
-            refused: str | None = "unwalked: the schema admits no value"
-        elif tokens is None:
-            refused = "unwalked: no JSON spelling"
-        else:
+            refusals.append("unwalked: the schema admits no value")
+        elif not texts:
+            refusals.append("unwalked: no JSON spelling")
+        for tokens in texts if compiled is not None else ():
             try:
                 at, times = _walk(engine, compiled, tokens, now_us)
-                refused = None if at is None else f"at token {at} of {len(tokens)}"
             except Exception as exc:  # noqa: BLE001 - an engine error on a token is its refusal, with the error
-                refused = f"by {type(exc).__name__}: {exc}"[:200]
+                at, times = -1, []
+                refusals.append(f"by {type(exc).__name__}: {exc}"[:200])
+            walks.append(times)
+            if at is None:
+                refusals = []
+                break
+            if at >= 0:
+                refusals.append(f"at token {at} of {len(tokens)}")
+        accepted = not refusals
         if valid:
             out["valid_total"] += 1
-            out["valid_accepted"] += refused is None
-            if times:
+            out["valid_accepted"] += accepted
+            for times in filter(None, walks):
                 out["first_mask_us"].append(times[0])
                 out["mask_us"].extend(times[2::2])
                 out["steps_us"].extend(times[3::2])
-            if refused is not None:
-                out["wrong"].append(f"valid #{i} rejected {refused}")
+            if not accepted:
+                out["wrong"].append(f"valid #{i} rejected " + "; ".join(refusals))
         else:
             out["invalid_total"] += 1
-            out["invalid_rejected"] += refused is not None
-            if refused is None:
+            out["invalid_rejected"] += not accepted
+            if accepted:
                 out["wrong"].append(f"invalid #{i} accepted")
     return out
 
@@ -315,7 +331,7 @@ class Worker:
         if self.process is None:
             self._start()
         assert self.conn is not None
-        self.conn.send((file.schema, [(i.valid, i.tokens) for i in file.instances]))
+        self.conn.send((file.schema, [(i.valid, i.spellings) for i in file.instances]))
         reply = self._receive(compile_timeout)
         if reply[0] == "failed":
             return FileOutcome(file.name, "failed", reply[1])
