@@ -148,8 +148,9 @@ def markdown(doc: dict[str, Any]) -> str:
         (
             "Compile: ms, median and p90 over the files the engine compiled. Per token: mask + advance, µs, median "
             "and p99 over every token after the first of every valid instance walked; first mask: median µs. "
-            "Valid accepted / invalid rejected: instances of the files the engine compiled (tooldec's canonical "
-            "spelling, tokenized once, EOS last)."
+            "Valid accepted / invalid rejected: instances of the files the engine compiled, accepted when every "
+            "token and EOS is allowed and accepted in one of two spellings, tooldec's canonical one (schema key "
+            "order) or the value as written (both tokenized once, the same tokens for every engine)."
         ),
         "",
         ("| engine | files | compiled | failed | timeouts | crashed | compile median ms | p90 ms | first mask µs "
