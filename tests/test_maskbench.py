@@ -11,7 +11,7 @@ from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
 from tooldec.bench.engines.tooldec_engine import TooldecEngine
-from tooldec.bench.maskbench import load_file, run_maskbench, sample_files, spellings, walk_file
+from tooldec.bench.maskbench import Worker, load_file, run_maskbench, sample_files, spellings, walk_file
 from tooldec.grammar.canonical import CanonicalWriter
 from tooldec.vocab import Vocabulary
 
@@ -112,3 +112,19 @@ def test_compile_timeout_kills_the_worker_and_counts(shared: Path, tmp_path: Pat
     assert run.status == "ok"
     assert [o.status for o in run.outcomes] == ["timeout", "timeout", "compiled"]
     assert run.outcomes[0].reason == "compile over 0.05 s" and run.outcomes[2].valid_accepted == 1
+
+
+def test_a_worker_dead_between_files_is_replaced(shared: Path) -> None:
+    tok = shared / "tokenizers" / "tiny"
+    vocab = Vocabulary.from_file(tok)
+    eos = min(vocab.eos_ids)
+    color = load_file(shared / "data" / "maskbench" / "color.json", vocab, eos)
+    worker = Worker("tooldec", tok, eos, "wall")
+    try:
+        assert worker.run(color, 10.0, 10.0).status == "compiled"
+        worker.process.kill()
+        worker.process.join()
+        again = worker.run(color, 10.0, 10.0)
+        assert (again.status, again.valid_accepted, again.invalid_rejected) == ("compiled", 1, 1)
+    finally:
+        worker.close()

@@ -328,10 +328,18 @@ class Worker:
 
     def run(self, file: SchemaFile, compile_timeout: float, walk_timeout: float) -> FileOutcome:
         """Compile one file in the worker and walk its instances; a timeout or crash kills the worker."""
-        if self.process is None:
-            self._start()
-        assert self.conn is not None
-        self.conn.send((file.schema, [(i.valid, i.spellings) for i in file.instances]))
+        job = (file.schema, [(i.valid, i.spellings) for i in file.instances])
+        for attempt in range(2):
+            if self.process is None:
+                self._start()
+            assert self.conn is not None
+            try:
+                self.conn.send(job)
+                break
+            except OSError:  # the worker died between files: a fresh one takes the file
+                self.stop()
+                if attempt:
+                    raise
         reply = self._receive(compile_timeout)
         if reply[0] == "failed":
             return FileOutcome(file.name, "failed", reply[1])
