@@ -118,7 +118,7 @@ class TooldecEngine(Engine):
         """Compiler.compile_schema, what decoding a `response_format` runs (a DFA or a pushdown guide), cold: the
         compiler's cache off and the grammar caches emptied first; EmptyGrammarError when no value satisfies it."""
         clear_caches()
-        return self.compiler.compile_schema(schema, use_cache=False)
+        return self.compiler.compile_schema(schema, use_cache=False, precompute=self.precompute)
 
     def start(self, compiled: CompiledGrammar | CompiledCfg) -> TooldecSession:
         """A fresh guide."""
