@@ -132,7 +132,10 @@ def check_schemas(
 @app.command()
 def bench(
     engines: str = typer.Option("tooldec,xgrammar,llguidance,outlines-core", "--engines", help="Comma list."),
-    workloads: str = typer.Option("rich,funcqa,tools200,kamel234,bfcl-multiple", "--workloads"),
+    workloads: str = typer.Option(
+        "rich,funcqa,tools200,kamel234,bfcl-multiple", "--workloads",
+        help="Comma list: tool sets, cfg-* grammars, or maskbench (on its own).",
+    ),
     tokenizers: str = typer.Option("llama3", "--tokenizers", help="Folder names under SHARED/tokenizers."),
     repeats: int = typer.Option(3, "--repeats", min=1, help="Timed rounds, each on a fresh compile."),
     bfcl_entries: int = typer.Option(20, "--bfcl-entries", min=0, help="BFCL entries sampled (0: all)."),
@@ -147,6 +150,8 @@ def bench(
     batch_threads: int = typer.Option(1, "--batch-threads", min=1, help="Threads per engine in the batch fill."),
     note: str = typer.Option("", "--note", help="A line for the report (e.g. what else ran on the machine)."),
     clock: str = typer.Option("wall", "--clock", help="wall, or cpu: the process's CPU time, for a shared machine."),
+    maskbench_files: int = typer.Option(150, "--maskbench-files", min=0, help="maskbench: files sampled (0: all)."),
+    compile_timeout: float = typer.Option(10.0, "--compile-timeout", help="maskbench: seconds per schema compile."),
 ) -> None:
     """Time tooldec and the installed peers side by side on the same tool-call grammars (or Lark grammars: cfg-*)."""
     import os
@@ -165,6 +170,14 @@ def bench(
         if (why := ENGINES[name].missing()) is not None:
             err.print(f"[yellow]note:[/yellow] {name} skipped: {why}")
     tok_dirs = {t.strip(): root / "tokenizers" / t.strip() for t in tokenizers.split(",") if t.strip()}
+    if clock not in CLOCKS:
+        _fail(f"--clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
+    if "maskbench" in [w.strip() for w in workloads.split(",")]:
+        if workloads.strip() != "maskbench" or len(tok_dirs) != 1:
+            _fail("maskbench runs on its own, on one tokenizer: --workloads maskbench --tokenizers NAME")
+        settings = {"engines": names, "clock": clock, "note": note, "compile_timeout_s": compile_timeout}
+        _maskbench(root, names, next(iter(tok_dirs.items())), maskbench_files, settings, out, stem, as_json)
+        return
     try:
         loads = [load_workload(w.strip(), root, bfcl_entries=bfcl_entries) for w in workloads.split(",") if w.strip()]
     except (ToolDecError, OSError, ValueError) as exc:
@@ -177,8 +190,6 @@ def bench(
         _fail(f"--batch-sizes must be a comma list of integers, not {batch_sizes!r}")
     if any(b < 1 for b in sizes):
         _fail("batch sizes must be at least 1")
-    if clock not in CLOCKS:
-        _fail(f"--clock must be one of {', '.join(CLOCKS)}, not {clock!r}")
     use_clock(clock)
     batch = BatchSettings(sizes, batch_steps, batch_threads)
     load_start = report.load_average()
@@ -199,6 +210,43 @@ def bench(
         print(json.dumps(doc["results"]))
     else:
         print(report.markdown(doc))
+
+
+def _maskbench(root: Path, engines: list[str], tokenizer: tuple[str, Path], files: int, settings: dict[str, Any],
+               out: Path | None, stem: str, as_json: bool) -> None:
+    """`tooldec bench --workloads maskbench`: the sample, every engine in its worker, the report."""
+    from tooldec.bench import maskbench, maskbench_report
+    from tooldec.bench.report import load_average
+    from tooldec.vocab import Vocabulary
+
+    name, tok_dir = tokenizer
+    if not (tok_dir / "tokenizer.json").is_file():
+        _fail(f"no tokenizer.json in {tok_dir}")
+    folder = maskbench.maskbench_folder(root)
+    try:
+        paths = maskbench.sample_files(folder, files)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    vocab = Vocabulary.from_file(tok_dir)
+    eos_id = min(vocab.eos_ids)
+    sample = [maskbench.load_file(p, vocab, eos_id) for p in paths]
+    settings.update(tokenizer=name, seed=maskbench.SAMPLE_SEED, files_total=len(list(folder.glob("*.json"))),
+                    walk_timeout_s=maskbench.WALK_TIMEOUT_S, load_average_start=load_average())
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err) as bar:
+        task = bar.add_task("maskbench", total=len(sample) * len(engines))
+        runs = maskbench.run_maskbench(
+            engines, sample, tok_dir, eos_id, compile_timeout=settings["compile_timeout_s"], clock=settings["clock"],
+            progress=lambda d, n: bar.update(task, advance=n, description=d),
+        )
+    doc = maskbench_report.document(runs, settings, [f.name for f in sample])
+    if out is not None:
+        for path in maskbench_report.write(doc, out, stem):
+            err.print(f"wrote {path}")
+    if as_json:
+        print(json.dumps(doc["results"]))
+    else:
+        print(maskbench_report.markdown(doc))
 
 
 def make_agent(lm: Any, executor: Any, mode: str, *, tool_choice: str = "auto", layout: str = "compact",

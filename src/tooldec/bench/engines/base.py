@@ -96,6 +96,11 @@ class Engine(ABC):
         the engine has none (the CFG workloads then report it failed, with the reason)."""
         raise NotImplementedError(f"{self.name} has no context-free grammar engine")
 
+    def compile_schema(self, schema: Any) -> Any:
+        """Compile one JSON value valid under a JSON Schema document (MaskBench), read as JSON Schema reads it
+        (objects open unless closed), every cache off; any exception is the engine refusing the schema."""
+        raise NotImplementedError(f"{self.name} has no JSON Schema compile")
+
 
 
 class BatchDriver(ABC):

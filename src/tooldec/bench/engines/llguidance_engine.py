@@ -113,6 +113,16 @@ class LLGuidanceEngine(Engine):
             raise ToolDecError(f"llguidance: {matcher.get_error()}")
         return matcher
 
+    def compile_schema(self, schema: Any) -> Any:
+        """grammar_from_json_schema with tooldec's separators and no free whitespace, then the LLMatcher."""
+        import llguidance
+
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)
+        matcher = llguidance.LLMatcher(self.tokenizer, grammar, log_level=0)
+        if matcher.is_error():
+            raise ToolDecError(f"llguidance: {matcher.get_error()}")
+        return matcher
+
     def start(self, compiled: Any) -> LLGuidanceSession:
         """A deep copy of the compiled matcher at its start."""
         return LLGuidanceSession(compiled.deep_copy(), self.size)

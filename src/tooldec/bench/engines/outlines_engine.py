@@ -130,6 +130,14 @@ class OutlinesEngine(Engine):
         regex = build_regex_from_schema(json.dumps(call_schema(tools)), whitespace_pattern=WHITESPACE)
         return outlines_core.Index(regex, self.vocabulary)
 
+    def compile_schema(self, schema: Any) -> Any:
+        """build_regex_from_schema (whitespace `" ?"`), then the Index over the vocabulary."""
+        import outlines_core
+        from outlines_core.json_schema import build_regex_from_schema
+
+        regex = build_regex_from_schema(json.dumps(schema), whitespace_pattern=WHITESPACE)
+        return outlines_core.Index(regex, self.vocabulary)
+
     def compile_grammar(self, grammar: str) -> Any:
         """Always NotImplementedError: outlines-core has no CFG engine (outlines hands CFGs to the other peers)."""
         raise NotImplementedError("outlines-core has no context-free grammar engine (outlines' CFG backends are "

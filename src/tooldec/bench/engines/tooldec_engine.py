@@ -1,5 +1,5 @@
-"""tooldec itself through its public API: Vocabulary, Compiler.compile(cache off) or Compiler.compile_grammar
-(Lark), Guide.fill_bitmask/advance; the batch path is the one decoding uses: a CallController per row (a guide per
+"""tooldec itself through its public API: Vocabulary, Compiler.compile(cache off), Compiler.compile_grammar
+(Lark) or Compiler.compile_schema (MaskBench), the guide's fill_bitmask/advance; the batch path is the one decoding uses: a CallController per row (a guide per
 row for grammars), `fill_bitmasks` and `apply_token_bitmask_inplace`."""
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from tooldec.bench.engines.base import BatchDriver, Engine, bit_set, mask_words
-from tooldec.cfg_guide import CompiledCfg
+from tooldec.cfg_guide import CfgGuide, CompiledCfg
 from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.errors import TokenRejectedError
 from tooldec.grammar.schema import clear_caches
+from tooldec.guide import Guide
 from tooldec.specs import ToolSet
 from tooldec.vocab import Vocabulary
 
@@ -21,8 +22,8 @@ from tooldec.vocab import Vocabulary
 class TooldecSession:
     """A tooldec guide with its mask row."""
 
-    def __init__(self, grammar: CompiledGrammar, size: int) -> None:
-        self.guide = grammar.guide()
+    def __init__(self, grammar: CompiledGrammar | CompiledCfg, size: int) -> None:
+        self.guide: Guide | CfgGuide = grammar.guide()
         self.mask = np.zeros((1, mask_words(size)), dtype=np.int32)
 
     def fill_mask(self) -> None:
@@ -113,7 +114,13 @@ class TooldecEngine(Engine):
         inside the timed compile)."""
         return self.compiler.compile_grammar(grammar, syntax="lark", use_cache=False)
 
-    def start(self, compiled: CompiledGrammar) -> TooldecSession:
+    def compile_schema(self, schema: Any) -> CompiledGrammar | CompiledCfg:
+        """Compiler.compile_schema, what decoding a `response_format` runs (a DFA or a pushdown guide), cold: the
+        compiler's cache off and the grammar caches emptied first; EmptyGrammarError when no value satisfies it."""
+        clear_caches()
+        return self.compiler.compile_schema(schema, use_cache=False, precompute=self.precompute)
+
+    def start(self, compiled: CompiledGrammar | CompiledCfg) -> TooldecSession:
         """A fresh guide."""
         return TooldecSession(compiled, self.vocab.size)
 

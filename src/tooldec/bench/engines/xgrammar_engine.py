@@ -101,6 +101,12 @@ class XGrammarEngine(Engine):
         """compile_lark: xgrammar's own Lark front end (no conversion to its EBNF)."""
         return self.compiler.compile_lark(grammar)
 
+    def compile_schema(self, schema: Any) -> Any:
+        """compile_json_schema with tooldec's separators, no free whitespace, objects open unless closed
+        (strict_mode off: JSON Schema's reading)."""
+        return self.compiler.compile_json_schema(schema, any_whitespace=False, separators=(", ", ": "),
+                                                 strict_mode=False)
+
     def start(self, compiled: Any) -> XGrammarSession:
         """A fresh matcher."""
         return XGrammarSession(compiled, self.size)
