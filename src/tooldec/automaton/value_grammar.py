@@ -257,8 +257,13 @@ class _Rule:
             if kind == "word" and i and self._word_ends(dstate):
                 ends.setdefault(dstate, []).append((i, -1))  # may end here (the next byte is not a word byte)
             i += 1
+        reverse: list[list[int]] = [[] for _ in edges]
+        for s, out in enumerate(edges):
+            for _, t in out:
+                reverse[t].append(s)
         return [
-            (self.terminals.add(_token_automaton(edges, stops, classes, len(reps), kind), f"{kind}@{self.index}"), land)
+            (self.terminals.add(_token_automaton(edges, reverse, stops, classes, len(reps), kind),
+                                f"{kind}@{self.index}"), land)
             for land, stops in ends.items()
         ]
 
@@ -296,30 +301,29 @@ _WORD_CATEGORY = _categories([set(WORD)])
 
 
 def _token_automaton(
-    edges: list[list[tuple[int, int]]], stops: list[tuple[int, int]], classes: np.ndarray, n_classes: int, kind: str
+    edges: list[list[tuple[int, int]]],
+    reverse: list[list[int]],
+    stops: list[tuple[int, int]],
+    classes: np.ndarray,
+    n_classes: int,
+    kind: str,
 ) -> Automaton:
     """The automaton of the walks from product state 0 that end in one landing (`stops`: (state, class) pairs
-    whose class closes the token there; class -1: the token may stop in that state)."""
-    n = len(edges)
-    reverse: list[list[int]] = [[] for _ in range(n)]
-    for s, out in enumerate(edges):
-        for _, t in out:
-            reverse[t].append(s)
-    live = [False] * n
-    stack = [s for s, _ in stops]
-    for s in stack:
-        live[s] = True
+    whose class closes the token there; class -1: the token may stop in that state). Its cost is the states
+    that lead to the landing (found backwards through `reverse`), not the whole walk."""
+    live: set[int] = {s for s, _ in stops}
+    stack = list(live)
     while stack:
         for p in reverse[stack.pop()]:
-            if not live[p]:
-                live[p] = True
+            if p not in live:
+                live.add(p)
                 stack.append(p)
     lead = 1 if kind == "string" else 0  # a string's lexeme starts at its opening quote: one state before
     number = {0: 1 + lead}
     order = [0]
     for s in order:
         for _, t in edges[s]:
-            if live[t] and t not in number:
+            if t in live and t not in number:
                 number[t] = len(order) + 1 + lead
                 order.append(t)
     size = len(order) + 2 + lead  # dead, [the quote], states, the accepting sink
@@ -335,7 +339,7 @@ def _token_automaton(
     for s in order:
         me = number[s]
         for c, t in edges[s]:
-            if live[t]:
+            if t in live:
                 trans[me, c] = number[t]
     if lead:
         trans[1, classes[QUOTE]] = 2
