@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tooldec.agents.chat import CHAT_SYNTAXES, ChatAgent, parse_free_calls
+from tooldec.agents.chat import ChatAgent
+from tooldec.chat import CHAT_SYNTAXES, read_calls
 from tooldec.agents.executor import ToolExecutor, format_value, load_executor
 from tooldec.agents.react import ReactAgent
 from tooldec.agents.result import AgentResult
@@ -201,10 +202,10 @@ def test_chat_agent_shows_a_call_the_way_the_template_writes_calls(
         assert "<assistant>" + written + "\n<tool>386.22\n" in prompts[1]
 
 
-def test_parse_free_calls_reads_hermes_blocks() -> None:
+def test_read_calls_reads_hermes_blocks() -> None:
     text = 'x <tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call> <tool_call>\n{bad}\n</tool_call>'
-    calls, errors = parse_free_calls(text, CHAT_SYNTAXES["hermes"])
-    assert [c.name for c in calls] == ["add"] and len(errors) == 1
+    reading = read_calls(text, CHAT_SYNTAXES["hermes"])
+    assert [c.name for c in reading.calls] == ["add"] and len(reading.errors) == 1 and reading.content == "x"
 
 
 def test_fetch_rejects_a_corrupt_wheel(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -26,7 +26,14 @@ import numpy as np
 from tooldec.automaton.dfa import DEAD
 from tooldec.chat.syntax import ChatSyntax
 from tooldec.compiler import CompiledGrammar, Compiler
-from tooldec.decoding.controller import CallController, FreeController, MaskSource, Mode, accept_in_turn, fill_bitmasks
+from tooldec.decoding.controller import (
+    CallController,
+    FreeController,
+    MaskSource,
+    Mode,
+    accept_in_turn,
+    fill_bitmasks,
+)
 from tooldec.errors import TokenRejectedError
 from tooldec.grammar.calls import CallFormat, ParallelCalls, get_format, with_aliases
 from tooldec.index import PreparedVocab, TokenIndex
@@ -38,6 +45,11 @@ PARALLEL_MAX_CALLS = 8
 ANSWER_BANS: tuple[str, ...] = ('"name":', '"name" :', "'name':", "<tool_call>", "```json", "[TOOL_CALLS]")
 """What the answer mode bans besides the syntax's triggers: the start of a call in any shape, also one no trigger
 opens (`{"name": 'get_weather'` with a single quote, which Qwen2.5-Coder writes after a tool result)."""
+
+
+def starts_a_call(text: str) -> bool:
+    """Whether `text` starts a call in some shape (ANSWER_BANS), opened by a trigger or not."""
+    return any(ban in text for ban in ANSWER_BANS)
 
 
 class ToolChoiceError(ValueError):

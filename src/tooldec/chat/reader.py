@@ -2,8 +2,9 @@
 
 A call opens with `<tool_call>` (closed by `</tool_call>`), a Markdown ```` ```json ```` block (closed by
 ```` ``` ````), Mistral's `[TOOL_CALLS]`, or bare: a JSON object whose first key is `"name"`, alone or in a JSON
-list. Its JSON ends where the JSON value does (a closing inside a string argument closes nothing); a block whose
-JSON is not whole ends at its closing, the next opening or the end of the text (`cut`). The object is read
+list. Its JSON ends where the JSON value does (a closing inside a string argument closes nothing): a value whose
+brackets and strings are still open at the end of the text is `cut` there; a malformed one ends at the closing
+after its brackets, or the next opening. The object is read
 leniently: `arguments` or `parameters`, arguments as an object or as a JSON string of one; a list holds several
 calls. Python calls (`f(a=1), g(b=2)`, the `python` syntax) are the whole text. The serving output streams with
 the same pieces (`CALL_HEAD`, `json_value_end`).
@@ -98,8 +99,12 @@ def call_blocks(text: str, shapes: Sequence[Shape] = SHAPES) -> list[CallBlock]:
             pos = after + len(shape.closing) if closed else end
             out.append(CallBlock(start, text[body:end], True, pos, closed))
             continue
-        nxt = _find(text, max(opened, body + 1), shapes)  # not the object's own start again
-        close_at = text.find(shape.closing, opened) if shape.closing else -1
+        scanned = json_value_end(text, body) if text.startswith(("{", "["), body) else None
+        if scanned is None and text.startswith(("{", "["), body):  # the value runs on to the end of the text
+            out.append(CallBlock(start, text[body:], False, len(text), cut=True))
+            return out
+        nxt = _find(text, max(opened, scanned or body + 1), shapes)  # not the object's own start again
+        close_at = text.find(shape.closing, scanned or opened) if shape.closing else -1
         if close_at >= 0 and (nxt is None or close_at < nxt[0]):
             pos = close_at + len(shape.closing)
             out.append(CallBlock(start, text[body:close_at].rstrip(), False, pos, True))

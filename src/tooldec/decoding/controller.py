@@ -379,7 +379,8 @@ class CallController:
 class FreeController:
     """Unconstrained decoding that still notices calls: the baseline ToolDec is compared with.
 
-    After every token the text generated since the last call is matched against `call_end` (a regex that
+    After every token the text generated since the last call is matched against `call_end` (a function giving
+    the call the text ends with, or a regex that
     must match at the end, e.g. ToolkenGPT's `<tool>(...)=`); a match is parsed best-effort with `parse`
     and reported as a CallEvent (with the parse error, if any). A control token other than EOS is read as its
     name (`<tool_call>` when the tokenizer has it as one special token), as the guided path reads it. Never
@@ -389,7 +390,7 @@ class FreeController:
     def __init__(
         self,
         vocab: Any,
-        call_end: re.Pattern[str] | None,
+        call_end: re.Pattern[str] | Callable[[str], str | None] | None,
         parse: Callable[[str], ParsedCall] | None = None,
         *,
         after_call: Literal["stop", "text"] = "text",
@@ -441,14 +442,20 @@ class FreeController:
         if any(t in text for t in self.stops):
             self.mode = Mode.DONE
             return None
-        m = self.call_end.search(text) if self.call_end is not None else None
-        if m is None or self.parse is None:
+        if self.call_end is None or self.parse is None:
+            return None
+        if callable(self.call_end):
+            found = self.call_end(text)
+        else:
+            m = self.call_end.search(text)
+            found = m.group(0) if m is not None else None
+        if found is None:
             return None
         self._since = b""
         try:
-            event = CallEvent(m.group(0), [self.parse(m.group(0))])
+            event = CallEvent(found, [self.parse(found)])
         except (CallParseError, ValueError) as exc:
-            event = CallEvent(m.group(0), [], str(exc))
+            event = CallEvent(found, [], str(exc))
         self.events.append(event)
         if self.after_call == "stop" or len(self.events) >= self.max_calls:
             self.mode = Mode.DONE
