@@ -11,7 +11,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from tooldec.agents.chat import ChatAgent
-from tooldec.chat import CHAT_SYNTAXES, read_calls
 from tooldec.agents.executor import ToolExecutor, format_value, load_executor
 from tooldec.agents.react import ReactAgent
 from tooldec.agents.result import AgentResult
@@ -19,6 +18,7 @@ from tooldec.agents.toolken import ToolkenAgent
 from tooldec.backends import embedded
 from tooldec.backends.embedded import ModelFetchError, fetch_model
 from tooldec.backends.loader import LoadedModel, ModelLoadError, load_model
+from tooldec.chat import CHAT_SYNTAXES, read_calls
 from tooldec.decoding import SamplingParams
 from tooldec.grammar.calls import ParsedCall
 from tooldec.toolsets import FUNCQA_FUNCTIONS, funcqa_tools

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from tooldec.backends.loader import LoadedModel
+from tooldec.chat import parse_call
 from tooldec.eval.compress import cache_key, clean_description, compress_tools, doc_key, short_description
 from tooldec.eval.metrics import SyntaxChecker
 from tooldec.eval.runners import (
@@ -25,7 +26,6 @@ from tooldec.eval.runners import (
     shortened,
     toolken_attempts,
 )
-from tooldec.chat import parse_call
 from tooldec.grammar.calls import ToolkenCall, get_format
 from tooldec.specs import ToolSpec, from_openai_tools
 from tooldec.toolsets.funcqa import funcqa_tools

@@ -32,9 +32,11 @@ httpx = pytest.importorskip("httpx")
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from tooldec.backends.loader import LoadedModel
+from tooldec.chat import ChatTemplate
+from tooldec.chat.reader import json_value_end
 from tooldec.serve import ServeConfig, create_app
-from tooldec.serve.output import OutputBuilder, held_back, json_value_end
-from tooldec.serve.prompt import ChatTemplate, template_messages
+from tooldec.serve.output import OutputBuilder, held_back
+from tooldec.serve.prompt import template_messages
 from tooldec.serve.protocol import Message
 from tooldec.vocab import Vocabulary
 
@@ -265,7 +267,7 @@ def test_conversation_with_tool_results(client: Any) -> None:
 
 def test_past_calls_and_results_reach_the_prompt(lm: LoadedModel) -> None:
     """A template without tool support gets past calls in the Hermes syntax and the tool instructions."""
-    template = ChatTemplate.probe(lm)
+    template = ChatTemplate.probe(lm.tokenizer)
     assert template.syntax.trigger == "<tool_call>" and not template.renders_tools
     messages = [
         Message(role="system", content="Be brief."),
@@ -761,14 +763,12 @@ def test_default_model_serves_valid_calls() -> None:
                 range(4)))
         for answer in answers:
             check_calls(answer.choices[0].message)
-        streamed = "".join(
-            tc.function.arguments or ""
-            for chunk in client.chat.completions.create(model="smollm2", messages=question, tools=weather,
-                                                        tool_choice="required", temperature=0, max_tokens=80,
-                                                        stream=True)
-            for c in chunk.choices for tc in c.delta.tool_calls or []
-        )
-        assert streamed == required.choices[0].message.tool_calls[0].function.arguments
+        streamed: dict[int, str] = {}
+        for chunk in client.chat.completions.create(model="smollm2", messages=question, tools=weather,
+                                                    tool_choice="required", temperature=0, max_tokens=80, stream=True):
+            for tc in (tc for c in chunk.choices for tc in c.delta.tool_calls or []):
+                streamed[tc.index] = streamed.get(tc.index, "") + (tc.function.arguments or "")
+        assert list(streamed.values()) == [tc.function.arguments for tc in required.choices[0].message.tool_calls]
 
 
 def test_readme_client_example_runs(server: Server, capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from tooldec import _core
 from tooldec.automaton.dfa import DEAD
 from tooldec.chat.syntax import ChatSyntax
 from tooldec.compiler import CompiledGrammar, Compiler
@@ -34,6 +35,7 @@ from tooldec.decoding.controller import (
     accept_in_turn,
     fill_bitmasks,
 )
+from tooldec.decoding.trigger import Triggers
 from tooldec.errors import TokenRejectedError
 from tooldec.grammar.calls import CallFormat, ParallelCalls, get_format, with_aliases
 from tooldec.index import PreparedVocab, TokenIndex
@@ -182,6 +184,12 @@ class CallsOnly:
         self._gap = gap
         self._state: int | None = None  # the gap's state while between or after calls, else None
         self._history: list[int | None] = []
+        trigger = controller.trigger
+        members = trigger.members if isinstance(trigger, Triggers) else [trigger] if trigger is not None else []
+        self._specials = [t.token_id for t in members if t.token_id is not None]
+        """Triggers that are control tokens (Qwen's `<tool_call>`): no bytes the gap could spell, allowed where
+        the gap may end."""
+        self._eos = min(controller.vocab.eos_ids)
 
     def __getattr__(self, name: str) -> Any:
         """The controller's attributes (tokens, events, mode, trigger, grammar, ...)."""
@@ -194,9 +202,24 @@ class CallsOnly:
 
     def mask_source(self) -> MaskSource:
         """The gap's state between calls, else the controller's mask."""
-        if self._state is not None and not self.controller.done:
-            return (self._gap.core, self._state)
+        state = self._state
+        if state is not None and not self.controller.done:
+            if not self._specials or not self._may_end(state):
+                return (self._gap.core, state)
+            return self.controller.prepared.mask(("calls-gap", id(self._gap), state), lambda: self._with_specials(state))
         return self.controller.mask_source()
+
+    def _may_end(self, state: int) -> bool:
+        """Whether the gap may end at `state` (only whitespace written since the call): EOS or a next call."""
+        return bool(self._gap.next_state(state, self._eos) != DEAD)
+
+    def _with_specials(self, state: int) -> np.ndarray:
+        """The gap's packed mask at `state` with the control-token triggers added."""
+        out = np.zeros((1, self.controller.prepared.words), dtype=np.int32)
+        _core.fill_bitmasks(out, [(self._gap.core, state)], np.zeros(1, dtype=np.int32), 1)
+        for token in self._specials:
+            out[0, token >> 5] |= np.int32(np.uint32(1 << (token & 31)).view(np.int32))
+        return out[0]
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
         """Write the packed mask of the tokens allowed next into row `row` of an `int32[B, W]` array."""
@@ -211,6 +234,8 @@ class CallsOnly:
         state = self._state
         if state is not None and not self.controller.done:
             nxt = self._gap.next_state(state, token_id)
+            if token_id in self._specials and self._may_end(state):
+                nxt = state  # the controller opens the next call
             if nxt == DEAD:
                 tb = self.controller.vocab.token_bytes
                 raise TokenRejectedError(token_id, state, tb[token_id] if 0 <= token_id < len(tb) else None)

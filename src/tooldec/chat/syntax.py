@@ -54,7 +54,7 @@ class ChatSyntax:
 
 CHAT_SYNTAXES: dict[str, ChatSyntax] = {
     "hermes": ChatSyntax("hermes", "<tool_call>", parallel=True, also=(FENCE_OPEN, BARE_OPENING)),
-    "llama31": ChatSyntax("llama31", '{"name": ', parallel=True, also=(LIST_OPENING,)),
+    "llama31": ChatSyntax("llama31", BARE_OPENING, parallel=True, also=(LIST_OPENING,)),
     "mistral": ChatSyntax("mistral", "[TOOL_CALLS]", parallel=True, listed=True),
     "python": ChatSyntax("python", "", parallel=True, listed=True, calls="python-calls"),
 }

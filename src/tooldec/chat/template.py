@@ -64,7 +64,7 @@ class ChatTemplate:
 def write_calls(syntax: ChatSyntax, calls: Sequence[tuple[str, Any]]) -> str:
     """(name, arguments) calls as text in `syntax` (what a template that drops `tool_calls` is given instead)."""
     if syntax.family == "python":
-        return ", ".join(f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})" for name, args in calls)
+        return ", ".join(f"{name}({', '.join(f'{k}={_python(v)}' for k, v in args.items())})" for name, args in calls)
     key = "parameters" if syntax.family == "llama31" else "arguments"
     objs = [{"name": name, key: args} for name, args in calls]
     if syntax.family == "mistral":
@@ -72,6 +72,17 @@ def write_calls(syntax: ChatSyntax, calls: Sequence[tuple[str, Any]]) -> str:
     if syntax.family == "hermes":
         return "\n".join(f"<tool_call>\n{json.dumps(o, ensure_ascii=False)}\n</tool_call>" for o in objs)
     return "\n".join(json.dumps(o, ensure_ascii=False) for o in objs)
+
+
+def _python(value: Any) -> str:
+    """A JSON value as the Python literal a guided Python call spells (double-quoted strings)."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_python(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_python(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def tool_instructions(tools: Iterable[ToolSpec]) -> str:
