@@ -86,7 +86,8 @@ class ChatAgent:
 
         After tool results, a round whose calls were all made before (small models call the same tool again after
         its result), or that writes a call in a shape no trigger opens, is dropped, and the next round is decoded
-        in the "answer" mode: no call can start, and the model answers from the results it has."""
+        in the "answer" mode: no call can start, and the model answers from the results it has. The last round
+        after results is decoded in that mode too."""
         if self.tool_choice not in ("auto", "none", "required") and self.tool_choice not in self.executor.tools:
             raise ValueError(f"tool_choice names an unknown tool {self.tool_choice!r}")
         template = self.template
@@ -96,7 +97,9 @@ class ChatAgent:
         choice = self.tool_choice
         decoder = Decoder(self.lm.model, self.lm.vocab)
         made: set[str] = set()
-        for _ in range(self.max_rounds):
+        for round_ in range(self.max_rounds):
+            if made and round_ == self.max_rounds - 1:
+                choice = "answer"  # the last round answers from the results it has
             gen = decoder.generate(
                 [self.lm.encode_chat(messages, tools=openai_tools)],
                 [self._policy(choice)],

@@ -23,7 +23,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tooldec import _core
 from tooldec.automaton.dfa import DEAD
 from tooldec.chat.syntax import ChatSyntax
 from tooldec.compiler import CompiledGrammar, Compiler
@@ -189,7 +188,6 @@ class CallsOnly:
         self._specials = [t.token_id for t in members if t.token_id is not None]
         """Triggers that are control tokens (Qwen's `<tool_call>`): no bytes the gap could spell, allowed where
         the gap may end."""
-        self._eos = min(controller.vocab.eos_ids)
 
     def __getattr__(self, name: str) -> Any:
         """The controller's attributes (tokens, events, mode, trigger, grammar, ...)."""
@@ -211,15 +209,14 @@ class CallsOnly:
 
     def _may_end(self, state: int) -> bool:
         """Whether the gap may end at `state` (only whitespace written since the call): EOS or a next call."""
-        return bool(self._gap.next_state(state, self._eos) != DEAD)
+        return self._gap.is_accepting(state)
 
     def _with_specials(self, state: int) -> np.ndarray:
         """The gap's packed mask at `state` with the control-token triggers added."""
-        out = np.zeros((1, self.controller.prepared.words), dtype=np.int32)
-        _core.fill_bitmasks(out, [(self._gap.core, state)], np.zeros(1, dtype=np.int32), 1)
+        out = self._gap.bitmask(state)
         for token in self._specials:
-            out[0, token >> 5] |= np.int32(np.uint32(1 << (token & 31)).view(np.int32))
-        return out[0]
+            out[token >> 5] |= np.uint32(1 << (token & 31)).view(np.int32)
+        return out
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
         """Write the packed mask of the tokens allowed next into row `row` of an `int32[B, W]` array."""
