@@ -43,9 +43,10 @@ from tooldec.specs import ToolSet
 MODES: tuple[str, ...] = ("auto", "none", "required", "answer")
 PARALLEL_MAX_CALLS = 8
 """Calls one answer may make with parallel calls unless the request says otherwise."""
-ANSWER_BANS: tuple[str, ...] = ('"name":', '"name" :', "'name':", "<tool_call>", "```json", "[TOOL_CALLS]")
+ANSWER_BANS: tuple[str, ...] = ("{", '"name"', "'name'", "<tool_call>", "```json", "[TOOL_CALLS]")
 """What the answer mode bans besides the syntax's triggers: the start of a call in any shape, also one no trigger
-opens (`{"name": 'get_weather'` with a single quote, which Qwen2.5-Coder writes after a tool result)."""
+opens. After a tool result Qwen2.5-Coder wrote its call again as `{"name": 'get_weather'` (a single quote), and
+with `"name":` banned as `{"name" "get_weather"` (no colon): so no `{` at all, the start of every JSON call."""
 
 
 def starts_a_call(text: str) -> bool:
