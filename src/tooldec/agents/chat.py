@@ -85,7 +85,7 @@ class ChatAgent:
         `prefix`'s state where its prompt starts with it.
 
         After tool results, a round whose calls were all made before (small models call the same tool again after
-        its result), or that writes a call in a shape no trigger opens, is dropped, and the next round is decoded
+        its result, or again with its result as the number to work on: `_repeat_key`), or that writes a call in a shape no trigger opens, is dropped, and the next round is decoded
         in the "answer" mode: no call can start, and the model answers from the results it has. The last round
         after results is decoded in that mode too."""
         if self.tool_choice not in ("auto", "none", "required") and self.tool_choice not in self.executor.tools:
@@ -123,7 +123,7 @@ class ChatAgent:
                     continue
                 totals.answer = gen.text.strip()
                 break
-            keys = {json.dumps([call.name, call.arguments], sort_keys=True, default=str) for call in calls}
+            keys = {_repeat_key(call) for call in calls}
             if keys <= made:
                 choice = "answer"
                 continue
@@ -140,3 +140,21 @@ class ChatAgent:
                 messages.append(reply if call_id is None else {**reply, "tool_call_id": call_id})
             choice = "auto"
         return totals
+
+
+def _repeat_key(call: ParsedCall) -> str:
+    """What makes a call the same as another for the agent: its tool and its arguments but for their numbers (a
+    model that calls `convert_currency(amount=46.3, ...)` with the 46.3 its first call returned repeats it)."""
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return value
+        if isinstance(value, int | float):
+            return "<number>"
+        if isinstance(value, list):
+            return [masked(v) for v in value]
+        if isinstance(value, dict):
+            return {k: masked(v) for k, v in value.items()}
+        return str(value)
+
+    return json.dumps([call.name, masked(call.arguments)], sort_keys=True)

@@ -5,7 +5,8 @@ The agents, `tooldec serve`, the vLLM processor and the evaluation all come here
 - `tool_choice` "auto": free text until one of the syntax's triggers (Hermes/Qwen: `<tool_call>`, a ```` ```json ````
   block, a bare `{"name": "`), then a guided call; "required": the first trigger is forced; a named tool: only
   that tool, one call; "none": the first trigger is banned (a ```` ```json ```` block stays content); "answer"
-  (tooldec's own, after tool results): every call shape is banned, so the model writes its answer in text.
+  (tooldec's own, after tool results): every call shape is banned and the answer may not be empty, so the model
+  writes its answer in text.
 - A call may name a tool by a unique word-aligned suffix of its name (`with_aliases`, over all the tools).
 - With `parallel` (the default, as in OpenAI's API) the next call may follow in every shape the syntax allows:
   Hermes returns to text, where any trigger opens the next call; Llama 3.1 writes one object or a JSON list,
@@ -123,6 +124,7 @@ class CallPlan:
             after_call=self.after_call,
             max_calls=self.max_calls if self.after_call == "text" else 1,
             stop=stop,
+            text_first=self.mode == "answer",
         )
         if self.mode == "required" and self.after_call == "text":
             return CallsOnly(controller, gap_index(grammar.prepared, triggers))
