@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jsonschema
 import pytest
@@ -159,12 +160,72 @@ def test_chat_agent_answers_instead_of_repeating_a_call(
     assert result.answer == "386.22"
 
 
+PLAIN_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
+
+
+@pytest.mark.parametrize("second", [
+    ("<call with its result>", [ParsedCall("multiply", {"a": 386.22, "b": 123})]),  # its result fed back
+    ("{\"name\": 'multiply', \"arguments\": {}}", []),  # a call no trigger opens, written as text
+])
+def test_chat_agent_answers_after_a_result_instead_of_calling_again(
+    lm: LoadedModel, executor: ToolExecutor, monkeypatch: pytest.MonkeyPatch, second: tuple[str, list[ParsedCall]]
+) -> None:
+    """After a tool result, a call again with only its numbers changed, or a call written as text, is dropped and
+    the round decoded again in the answer mode (no call can start, and the answer may not be empty)."""
+    from tooldec.agents import chat
+    from tooldec.decoding.controller import CallEvent
+    from tooldec.decoding.decoder import Generation
+
+    call = ParsedCall("multiply", {"a": 3.14, "b": 123})
+    script = [("<call>", [call]), second, ("386.22", [])]
+    policies: list[Any] = []
+
+    class Scripted:
+        def __init__(self, *_: object) -> None:
+            pass
+
+        def generate(self, prompts, controllers, *_, **__):  # type: ignore[no-untyped-def]
+            policies.append(controllers[0])
+            text, calls = script[len(policies) - 1]
+            return [Generation([], text, [CallEvent(text, calls)] if calls else [], "stop")]
+
+    monkeypatch.setattr(chat, "Decoder", Scripted)
+    lm.tokenizer.chat_template = PLAIN_TEMPLATE
+    result = ChatAgent(lm, executor).run("What is 3.14 times 123?")
+    assert [c.name for c in result.calls] == ["multiply"] and result.answer == "386.22"
+    answering = policies[-1]
+    assert answering.tool_choice == "none" and answering.text_first
+    assert {t.text for t in answering.trigger.members} >= {b"{", b'"name"'}
+
+
+def test_the_last_round_after_results_answers(lm: LoadedModel, executor: ToolExecutor,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from tooldec.agents import chat
+    from tooldec.decoding.controller import CallEvent
+    from tooldec.decoding.decoder import Generation
+
+    choices: list[str] = []
+
+    class Scripted:
+        def __init__(self, *_: object) -> None:
+            pass
+
+        def generate(self, prompts, controllers, *_, **__):  # type: ignore[no-untyped-def]
+            choices.append(controllers[0].tool_choice)
+            call = ParsedCall("add", {"a": len(choices), "b": "x" * len(choices)})
+            return [Generation([], "<call>", [CallEvent("<call>", [call])], "stop")]
+
+    monkeypatch.setattr(chat, "Decoder", Scripted)
+    lm.tokenizer.chat_template = PLAIN_TEMPLATE
+    ChatAgent(lm, executor, max_rounds=3).run("Add things.")
+    assert choices == ["auto", "auto", "none"]
+
+
 CALLS_TEMPLATE = (  # renders an assistant's tool_calls in tags, as Qwen's template does
     "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% for c in m.get('tool_calls', []) %}"
     "<tool_call>{{ c['function']['name'] }} {{ c['function']['arguments'] | tojson }} {{ c['id'] }}</tool_call>"
     "{% endfor %}{{ m.get('tool_call_id', '') }}\n{% endfor %}<assistant>"
 )
-PLAIN_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
 
 
 @pytest.mark.parametrize("template", [CALLS_TEMPLATE, PLAIN_TEMPLATE], ids=["renders-calls", "plain"])
