@@ -221,6 +221,12 @@ def test_the_answer_mode_bans_every_call_shape(bytelevel_vocab: Vocabulary) -> N
     for text in ("<tool_call>", "```json", '{"name": "add"', "{'name': 'add'", *ANSWER_BANS):
         tokens = _encode(vocab, "Sure: " + text)
         assert policy.validate_tokens(tokens) < len(tokens), text
+    eos = min(vocab.eos_ids)
+    assert policy.validate_tokens([eos]) == 0 and policy.validate_tokens([*vocab.encode(" \n"), eos]) == 2
+    policy.accept_tokens(vocab.encode(" It"))
+    assert policy.validate_tokens([eos]) == 1, "the answer may end once it holds text"
+    policy.rollback(len(vocab.encode(" It")))
+    assert policy.validate_tokens([eos]) == 0
     python = _policy(vocab, "python", "answer")
     assert isinstance(python, FreeController)
 
