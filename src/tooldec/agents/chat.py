@@ -10,7 +10,6 @@ call can start, so the model answers from the results it has.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -20,7 +19,7 @@ from tooldec.agents.executor import ToolExecutor
 from tooldec.agents.result import AgentResult
 from tooldec.backends.loader import LoadedModel
 from tooldec.chat import ChatTemplate, build_policy, call_turn, read_calls, tool_instructions
-from tooldec.chat.policy import starts_a_call
+from tooldec.chat.policy import repeat_key, starts_a_call
 from tooldec.decoding import FreeController, Policy, SamplingParams
 from tooldec.decoding.decoder import Decoder
 from tooldec.decoding.prefix import PromptPrefix
@@ -85,7 +84,7 @@ class ChatAgent:
         `prefix`'s state where its prompt starts with it.
 
         After tool results, a round whose calls were all made before (small models call the same tool again after
-        its result, or again with its result as the number to work on: `_repeat_key`), or that writes a call in a shape no trigger opens, is dropped, and the next round is decoded
+        its result, or again with its result as the number to work on: `repeat_key`), or that writes a call in a shape no trigger opens, is dropped, and the next round is decoded
         in the "answer" mode: no call can start, and the model answers from the results it has. The last round
         after results is decoded in that mode too."""
         if self.tool_choice not in ("auto", "none", "required") and self.tool_choice not in self.executor.tools:
@@ -123,7 +122,7 @@ class ChatAgent:
                     continue
                 totals.answer = gen.text.strip()
                 break
-            keys = {_repeat_key(call) for call in calls}
+            keys = {repeat_key(call.name, call.arguments) for call in calls}
             if keys <= made:
                 choice = "answer"
                 continue
@@ -141,20 +140,3 @@ class ChatAgent:
             choice = "auto"
         return totals
 
-
-def _repeat_key(call: ParsedCall) -> str:
-    """What makes a call the same as another for the agent: its tool and its arguments but for their numbers (a
-    model that calls `convert_currency(amount=46.3, ...)` with the 46.3 its first call returned repeats it)."""
-
-    def masked(value: Any) -> Any:
-        if isinstance(value, bool) or value is None or isinstance(value, str):
-            return value
-        if isinstance(value, int | float):
-            return "<number>"
-        if isinstance(value, list):
-            return [masked(v) for v in value]
-        if isinstance(value, dict):
-            return {k: masked(v) for k, v in value.items()}
-        return str(value)
-
-    return json.dumps([call.name, masked(call.arguments)], sort_keys=True)

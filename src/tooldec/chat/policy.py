@@ -17,6 +17,7 @@ The agents, `tooldec serve`, the vLLM processor and the evaluation all come here
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -53,6 +54,25 @@ with `"name":` banned as `{"name" "get_weather"` (no colon): so no `{` at all, t
 def starts_a_call(text: str) -> bool:
     """Whether `text` starts a call in some shape (ANSWER_BANS), opened by a trigger or not."""
     return any(ban in text for ban in ANSWER_BANS)
+
+
+def repeat_key(name: str, arguments: Any) -> str:
+    """What makes a call the same as an earlier one after its result: its tool and its arguments but for their
+    numbers (a model that calls `convert_currency(amount=46.3, ...)` with the 46.3 its first call returned repeats
+    it)."""
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return value
+        if isinstance(value, int | float):
+            return "<number>"
+        if isinstance(value, list):
+            return [masked(v) for v in value]
+        if isinstance(value, dict):
+            return {k: masked(v) for k, v in value.items()}
+        return str(value)
+
+    return json.dumps([name, masked(arguments)], sort_keys=True)
 
 
 class ToolChoiceError(ValueError):

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tooldec.backends.loader import LoadedModel
 from tooldec.chat import ChatTemplate
+from tooldec.chat.policy import repeat_key
 from tooldec.decoding.decoder import Decoder
 from tooldec.serve import protocol
 from tooldec.serve.engine import Engine, Job
@@ -210,12 +211,12 @@ def _job(plan: Plan, grammar: Any, lm: LoadedModel, prompt: list[int], max_token
 
 
 def _call_key(name: str, arguments: str) -> str:
-    """A call's identity: its tool and its arguments as canonical JSON."""
+    """A call's identity when it comes again after its result (`tooldec.chat.policy.repeat_key`)."""
     try:
         args = json.loads(arguments)
     except ValueError:
         args = arguments
-    return json.dumps([name, args], sort_keys=True)
+    return repeat_key(name, args)
 
 
 def answered_calls(messages: list[protocol.Message]) -> set[str]:

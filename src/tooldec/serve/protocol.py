@@ -139,7 +139,8 @@ class ChatCompletionRequest(_Model):
     user: str | None = None
     tooldec_answer: bool = False
     """tooldec's own (the client's `extra_body`): after tool results, a turn that only repeats calls already
-    answered is decoded again with no call allowed, so the model answers from the results it has."""
+    answered (the same tools and arguments but for numbers, `tooldec.chat.policy.repeat_key`) is decoded again
+    with no call allowed, so the model answers from the results it has."""
 
 
 def completion_id() -> str:
