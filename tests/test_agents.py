@@ -128,35 +128,43 @@ def test_chat_agent_refuses_a_layout_its_syntax_lacks_when_made(lm: LoadedModel,
         ChatAgent(lm, executor, layout="pretty")
 
 
-def test_chat_agent_answers_instead_of_repeating_a_call(
-    lm: LoadedModel, executor: ToolExecutor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a model that calls multiply, then the same call again after its result, then answers
+def script_rounds(monkeypatch: pytest.MonkeyPatch, round_: Any) -> list[Any]:
+    """Replace the chat agent's decoder by `round_(policy, n)` -> (text, calls) for the n-th round (from 1); returns
+    the list the rounds' policies are appended to."""
     from tooldec.agents import chat
     from tooldec.decoding.controller import CallEvent
     from tooldec.decoding.decoder import Generation
 
-    call = ParsedCall("multiply", {"a": 3.14, "b": 123})
-    script = [("<call>", [call]), ("<call again>", [call]), ("386.22", [])]
-    choices: list[str] = []
+    policies: list[Any] = []
 
     class Scripted:
         def __init__(self, *_: object) -> None:
             pass
 
         def generate(self, prompts, controllers, *_, **__):  # type: ignore[no-untyped-def]
-            choices.append(controllers[0].tool_choice)
-            text, calls = script[len(choices) - 1]
+            policies.append(controllers[0])
+            text, calls = round_(controllers[0], len(policies))
             return [Generation([], text, [CallEvent(text, calls)] if calls else [], "stop")]
+
+    monkeypatch.setattr(chat, "Decoder", Scripted)
+    return policies
+
+
+def test_chat_agent_answers_instead_of_repeating_a_call(
+    lm: LoadedModel, executor: ToolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a model that calls multiply, then the same call again after its result, then answers
+    call = ParsedCall("multiply", {"a": 3.14, "b": 123})
+    script = [("<call>", [call]), ("<call again>", [call]), ("386.22", [])]
+    policies = script_rounds(monkeypatch, lambda _policy, n: script[n - 1])
 
     runs: list[ParsedCall] = []
     counting = ToolExecutor(FUNCQA_FUNCTIONS, funcqa_tools())
     monkeypatch.setattr(counting, "run", lambda c: runs.append(c) or executor.run(c))
-    monkeypatch.setattr(chat, "Decoder", Scripted)
     lm.tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
     result = ChatAgent(lm, counting).run("What is 3.14 times 123?")
     assert runs == [call], "the repeated call is not run again"
-    assert choices == ["auto", "auto", "none"], "after a round of repeats the model must answer"
+    assert [p.tool_choice for p in policies] == ["auto", "auto", "none"], "after a round of repeats: answer"
     assert result.answer == "386.22"
 
 
@@ -172,24 +180,9 @@ def test_chat_agent_answers_after_a_result_instead_of_calling_again(
 ) -> None:
     """After a tool result, a call again with only its numbers changed, or a call written as text, is dropped and
     the round decoded again in the answer mode (no call can start, and the answer may not be empty)."""
-    from tooldec.agents import chat
-    from tooldec.decoding.controller import CallEvent
-    from tooldec.decoding.decoder import Generation
-
     call = ParsedCall("multiply", {"a": 3.14, "b": 123})
     script = [("<call>", [call]), second, ("386.22", [])]
-    policies: list[Any] = []
-
-    class Scripted:
-        def __init__(self, *_: object) -> None:
-            pass
-
-        def generate(self, prompts, controllers, *_, **__):  # type: ignore[no-untyped-def]
-            policies.append(controllers[0])
-            text, calls = script[len(policies) - 1]
-            return [Generation([], text, [CallEvent(text, calls)] if calls else [], "stop")]
-
-    monkeypatch.setattr(chat, "Decoder", Scripted)
+    policies = script_rounds(monkeypatch, lambda _policy, n: script[n - 1])
     lm.tokenizer.chat_template = PLAIN_TEMPLATE
     result = ChatAgent(lm, executor).run("What is 3.14 times 123?")
     assert [c.name for c in result.calls] == ["multiply"] and result.answer == "386.22"
@@ -200,25 +193,13 @@ def test_chat_agent_answers_after_a_result_instead_of_calling_again(
 
 def test_the_last_round_after_results_answers(lm: LoadedModel, executor: ToolExecutor,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from tooldec.agents import chat
-    from tooldec.decoding.controller import CallEvent
-    from tooldec.decoding.decoder import Generation
+    def round_(_policy: Any, n: int) -> tuple[str, list[ParsedCall]]:
+        return "<call>", [ParsedCall("add", {"a": n, "b": "x" * n})]
 
-    choices: list[str] = []
-
-    class Scripted:
-        def __init__(self, *_: object) -> None:
-            pass
-
-        def generate(self, prompts, controllers, *_, **__):  # type: ignore[no-untyped-def]
-            choices.append(controllers[0].tool_choice)
-            call = ParsedCall("add", {"a": len(choices), "b": "x" * len(choices)})
-            return [Generation([], "<call>", [CallEvent("<call>", [call])], "stop")]
-
-    monkeypatch.setattr(chat, "Decoder", Scripted)
+    policies = script_rounds(monkeypatch, round_)
     lm.tokenizer.chat_template = PLAIN_TEMPLATE
     ChatAgent(lm, executor, max_rounds=3).run("Add things.")
-    assert choices == ["auto", "auto", "none"]
+    assert [p.tool_choice for p in policies] == ["auto", "auto", "none"]
 
 
 CALLS_TEMPLATE = (  # renders an assistant's tool_calls in tags, as Qwen's template does
