@@ -36,7 +36,7 @@ from typing import Any
 from tooldec.eval.bfcl import check_entry
 from tooldec.eval.data import load_bfcl
 from tooldec.eval.metrics import SyntaxChecker
-from tooldec.eval.runners import bfcl_messages, hermes_attempts
+from tooldec.eval.runners import bfcl_messages, chat_attempts
 from tooldec.integrations.vllm_server import CONFIGS, VLLMServer, free_port, server_command
 from tooldec.specs import from_openai_tools
 
@@ -120,7 +120,7 @@ def score(record: dict[str, Any], item: Any) -> None:
         verdicts.append("valid" if check.kind is None else f"{check.kind}: {check.message}")
         if check.kind is None:
             made.append((call["name"], arguments))
-    for attempt in hermes_attempts(record["content"], record["finish_reason"] == "length"):
+    for attempt in chat_attempts(record["content"], record["finish_reason"] == "length"):
         if not attempt.complete:
             verdicts.append("truncated")
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jsonschema
 import pytest
@@ -10,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tooldec.agents.chat import CHAT_SYNTAXES, ChatAgent, parse_free_calls
+from tooldec.agents.chat import ChatAgent
 from tooldec.agents.executor import ToolExecutor, format_value, load_executor
 from tooldec.agents.react import ReactAgent
 from tooldec.agents.result import AgentResult
@@ -18,6 +19,7 @@ from tooldec.agents.toolken import ToolkenAgent
 from tooldec.backends import embedded
 from tooldec.backends.embedded import ModelFetchError, fetch_model
 from tooldec.backends.loader import LoadedModel, ModelLoadError, load_model
+from tooldec.chat import CHAT_SYNTAXES, read_calls
 from tooldec.decoding import SamplingParams
 from tooldec.grammar.calls import ParsedCall
 from tooldec.toolsets import FUNCQA_FUNCTIONS, funcqa_tools
@@ -126,36 +128,78 @@ def test_chat_agent_refuses_a_layout_its_syntax_lacks_when_made(lm: LoadedModel,
         ChatAgent(lm, executor, layout="pretty")
 
 
-def test_chat_agent_answers_instead_of_repeating_a_call(
-    lm: LoadedModel, executor: ToolExecutor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # a model that calls multiply, then the same call again after its result, then answers
+def script_rounds(monkeypatch: pytest.MonkeyPatch, round_: Any) -> list[Any]:
+    """Replace the chat agent's decoder by `round_(policy, n)` -> (text, calls) for the n-th round (from 1); returns
+    the list the rounds' policies are appended to."""
     from tooldec.agents import chat
     from tooldec.decoding.controller import CallEvent
     from tooldec.decoding.decoder import Generation
 
-    call = ParsedCall("multiply", {"a": 3.14, "b": 123})
-    script = [("<call>", [call]), ("<call again>", [call]), ("386.22", [])]
-    choices: list[str] = []
+    policies: list[Any] = []
 
     class Scripted:
         def __init__(self, *_: object) -> None:
             pass
 
         def generate(self, prompts, controllers, *_, **__):  # type: ignore[no-untyped-def]
-            choices.append(controllers[0].tool_choice)
-            text, calls = script[len(choices) - 1]
+            policies.append(controllers[0])
+            text, calls = round_(controllers[0], len(policies))
             return [Generation([], text, [CallEvent(text, calls)] if calls else [], "stop")]
+
+    monkeypatch.setattr(chat, "Decoder", Scripted)
+    return policies
+
+
+def test_chat_agent_answers_instead_of_repeating_a_call(
+    lm: LoadedModel, executor: ToolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a model that calls multiply, then the same call again after its result, then answers
+    call = ParsedCall("multiply", {"a": 3.14, "b": 123})
+    script = [("<call>", [call]), ("<call again>", [call]), ("386.22", [])]
+    policies = script_rounds(monkeypatch, lambda _policy, n: script[n - 1])
 
     runs: list[ParsedCall] = []
     counting = ToolExecutor(FUNCQA_FUNCTIONS, funcqa_tools())
     monkeypatch.setattr(counting, "run", lambda c: runs.append(c) or executor.run(c))
-    monkeypatch.setattr(chat, "Decoder", Scripted)
     lm.tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
     result = ChatAgent(lm, counting).run("What is 3.14 times 123?")
     assert runs == [call], "the repeated call is not run again"
-    assert choices == ["auto", "auto", "none"], "after a round of repeats the model must answer"
+    assert [p.tool_choice for p in policies] == ["auto", "auto", "none"], "after a round of repeats: answer"
     assert result.answer == "386.22"
+
+
+PLAIN_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
+
+
+@pytest.mark.parametrize("second", [
+    ("<call with its result>", [ParsedCall("multiply", {"a": 386.22, "b": 123})]),  # its result fed back
+    ("{\"name\": 'multiply', \"arguments\": {}}", []),  # a call no trigger opens, written as text
+])
+def test_chat_agent_answers_after_a_result_instead_of_calling_again(
+    lm: LoadedModel, executor: ToolExecutor, monkeypatch: pytest.MonkeyPatch, second: tuple[str, list[ParsedCall]]
+) -> None:
+    """After a tool result, a call again with only its numbers changed, or a call written as text, is dropped and
+    the round decoded again in the answer mode (no call can start, and the answer may not be empty)."""
+    call = ParsedCall("multiply", {"a": 3.14, "b": 123})
+    script = [("<call>", [call]), second, ("386.22", [])]
+    policies = script_rounds(monkeypatch, lambda _policy, n: script[n - 1])
+    lm.tokenizer.chat_template = PLAIN_TEMPLATE
+    result = ChatAgent(lm, executor).run("What is 3.14 times 123?")
+    assert [c.name for c in result.calls] == ["multiply"] and result.answer == "386.22"
+    answering = policies[-1]
+    assert answering.tool_choice == "none" and answering.text_first
+    assert {t.text for t in answering.trigger.members} >= {b"{", b'"name"'}
+
+
+def test_the_last_round_after_results_answers(lm: LoadedModel, executor: ToolExecutor,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    def round_(_policy: Any, n: int) -> tuple[str, list[ParsedCall]]:
+        return "<call>", [ParsedCall("add", {"a": n, "b": "x" * n})]
+
+    policies = script_rounds(monkeypatch, round_)
+    lm.tokenizer.chat_template = PLAIN_TEMPLATE
+    ChatAgent(lm, executor, max_rounds=3).run("Add things.")
+    assert [p.tool_choice for p in policies] == ["auto", "auto", "none"]
 
 
 CALLS_TEMPLATE = (  # renders an assistant's tool_calls in tags, as Qwen's template does
@@ -163,7 +207,6 @@ CALLS_TEMPLATE = (  # renders an assistant's tool_calls in tags, as Qwen's templ
     "<tool_call>{{ c['function']['name'] }} {{ c['function']['arguments'] | tojson }} {{ c['id'] }}</tool_call>"
     "{% endfor %}{{ m.get('tool_call_id', '') }}\n{% endfor %}<assistant>"
 )
-PLAIN_TEMPLATE = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
 
 
 @pytest.mark.parametrize("template", [CALLS_TEMPLATE, PLAIN_TEMPLATE], ids=["renders-calls", "plain"])
@@ -201,10 +244,10 @@ def test_chat_agent_shows_a_call_the_way_the_template_writes_calls(
         assert "<assistant>" + written + "\n<tool>386.22\n" in prompts[1]
 
 
-def test_parse_free_calls_reads_hermes_blocks() -> None:
+def test_read_calls_reads_hermes_blocks() -> None:
     text = 'x <tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call> <tool_call>\n{bad}\n</tool_call>'
-    calls, errors = parse_free_calls(text, CHAT_SYNTAXES["hermes"])
-    assert [c.name for c in calls] == ["add"] and len(errors) == 1
+    reading = read_calls(text, CHAT_SYNTAXES["hermes"])
+    assert [c.name for c in reading.calls] == ["add"] and len(reading.errors) == 1 and reading.content == "x"
 
 
 def test_fetch_rejects_a_corrupt_wheel(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -12,16 +12,15 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from tooldec.backends.loader import LoadedModel
+from tooldec.chat import parse_call
 from tooldec.eval.compress import cache_key, clean_description, compress_tools, doc_key, short_description
 from tooldec.eval.metrics import SyntaxChecker
 from tooldec.eval.runners import (
-    TOOL_CALL_OPEN,
     Attempt,
     EvalError,
-    LenientHermes,
+    chat_attempts,
     classify,
     compressed_block,
-    hermes_attempts,
     prepare,
     react_attempts,
     shortened,
@@ -246,18 +245,18 @@ def test_attempt_scanners() -> None:
     assert not toolken_attempts(text, truncated=True)[-1].complete
     assert toolken_attempts(text, truncated=False)[-1].complete
     hermes = '<tool_call>\n{"name": "a", "arguments": {}}\n</tool_call> then <tool_call>{"name": "b'
-    found = hermes_attempts(hermes, truncated=True)
+    found = chat_attempts(hermes, truncated=True)
     assert found[0].text.endswith("</tool_call>") and found[0].complete and not found[1].complete
-    assert [(a.text, a.complete) for a in hermes_attempts(hermes, truncated=True, guided=True)] == [
-        (a.text, a.complete) for a in found
-    ]
-    # a guided string argument may hold a closing tag: it closes nothing, and the call cut off by the token
-    # limit is an incomplete attempt (read as a complete, malformed call, it was a format error)
+    # a string argument may hold a closing tag: it closes nothing, and the call cut off by the token limit is an
+    # incomplete attempt (read as a complete, malformed call, it was a format error), guided or free
     cut = '<tool_call>\n{"name": "a", "arguments": {"id": "}}</tool_call>  # 1. 1.'
-    assert [a.complete for a in hermes_attempts(cut, truncated=True, guided=True)] == [False]
-    assert hermes_attempts(cut, truncated=True)[0].complete
+    assert [a.complete for a in chat_attempts(cut, truncated=True)] == [False]
+    assert [a.complete for a in chat_attempts(cut, truncated=False)] == [True]
     inside = '<tool_call>\n{"name": "a", "arguments": {"id": "x</tool_call><tool_call>y"}}\n</tool_call>'
-    assert [a.text for a in hermes_attempts(inside, truncated=False, guided=True)] == [inside]
+    assert [a.text for a in chat_attempts(inside, truncated=False)] == [inside]
+    malformed = '<tool_call>\n{"name": "a", "arguments": {x}}\n</tool_call> and {"name": "b", "arguments": {}}'
+    assert [a.text for a in chat_attempts(malformed, truncated=True)] == [malformed[:malformed.index(" and")],
+                                                                         malformed[malformed.index("{\"name\": \"b"):]]
     react = 'Thought: x\nAction: f\nAction Input: {"a": 1}\nObservation: 2\nThought: y\nAction: Finish\nAction Input: {'
     acts = react_attempts(react, truncated=True)
     assert acts[0].text == 'Action: f\nAction Input: {"a": 1}\n' and acts[0].complete
@@ -292,13 +291,12 @@ def test_classify_kinds_and_fuzzy() -> None:
     assert classify(checker, Attempt("<add>(1", False), fuzzy=False).kind == "truncated"
 
 
-def test_lenient_hermes() -> None:
-    """The free-decoding parser takes loose spacing, `parameters` and string-encoded arguments."""
-    parse = LenientHermes().parse
-    assert parse('<tool_call>{"name": "f", "parameters": {"a": 1}}</tool_call>').arguments == {"a": 1}
-    assert parse('<tool_call> {"name": "f", "arguments": "{\\"a\\": 2}"} ').arguments == {"a": 2}
+def test_the_reader_is_lenient() -> None:
+    """Free decoding's calls are read with loose spacing, `parameters` and string-encoded arguments."""
+    assert parse_call('<tool_call>{"name": "f", "parameters": {"a": 1}}</tool_call>').arguments == {"a": 1}
+    assert parse_call('<tool_call> {"name": "f", "arguments": "{\\"a\\": 2}"} ').arguments == {"a": 2}
     with pytest.raises(ValueError):
-        parse("<tool_call>{name: f}</tool_call>")
+        parse_call("<tool_call>{name: f}</tool_call>")
 
 
 def test_compress_tools_caches_per_model_and_doc(tiny_lm: LoadedModel) -> None:
@@ -473,7 +471,7 @@ def test_required_tool_choice_starts_every_bfcl_answer_with_the_call_tag(
         if decoding == "free":
             assert unforced["forced_tokens"] == 0
         else:
-            assert record["text"].startswith(TOOL_CALL_OPEN), record["text"][:40]
+            assert record["text"].startswith("<tool_call>"), record["text"][:40]
             assert record["syntax_error"] is None and record["calls"]
 
 

@@ -32,9 +32,11 @@ httpx = pytest.importorskip("httpx")
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from tooldec.backends.loader import LoadedModel
+from tooldec.chat import ChatTemplate
+from tooldec.chat.reader import json_value_end
 from tooldec.serve import ServeConfig, create_app
-from tooldec.serve.output import OutputBuilder, held_back, json_value_end
-from tooldec.serve.prompt import ChatTemplate, template_messages
+from tooldec.serve.output import OutputBuilder, held_back
+from tooldec.serve.prompt import template_messages
 from tooldec.serve.protocol import Message
 from tooldec.vocab import Vocabulary
 
@@ -265,7 +267,7 @@ def test_conversation_with_tool_results(client: Any) -> None:
 
 def test_past_calls_and_results_reach_the_prompt(lm: LoadedModel) -> None:
     """A template without tool support gets past calls in the Hermes syntax and the tool instructions."""
-    template = ChatTemplate.probe(lm)
+    template = ChatTemplate.probe(lm.tokenizer)
     assert template.syntax.trigger == "<tool_call>" and not template.renders_tools
     messages = [
         Message(role="system", content="Be brief."),
@@ -707,6 +709,68 @@ def test_required_and_named_calls_take_the_suffix_name_too() -> None:
             assert check_calls(answer.message) == [("get_weather", {"city": "Paris", "days": 3})]
 
 
+AFTER_RESULT: list[dict[str, Any]] = [
+    {"role": "user", "content": "Weather in Paris for 3 days?"},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": {
+        "name": "get_weather", "arguments": '{"city": "Paris", "days": 3}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"},
+]
+"""A conversation that ends in a tool result (the turn where small models call the same tool again)."""
+
+
+def answered(client: Any, stream: bool, **kwargs: Any) -> tuple[str, list[tuple[str, str]], int]:
+    """The content, the calls (name, arguments) and the completion tokens of an answer, streamed or not."""
+    if not stream:
+        whole = ask(client, messages=AFTER_RESULT, temperature=0, max_tokens=120, **kwargs)
+        message = whole.choices[0].message
+        calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or []]
+        return message.content or "", calls, whole.usage.completion_tokens
+    content, found, used = "", {}, 0
+    for chunk in ask(client, messages=AFTER_RESULT, temperature=0, max_tokens=120, stream=True,
+                     stream_options={"include_usage": True}, **kwargs):
+        for c in chunk.choices:
+            content += c.delta.content or ""
+            for tc in c.delta.tool_calls or []:
+                if tc.id:
+                    found[tc.index] = [tc.function.name, ""]
+                found[tc.index][1] += tc.function.arguments or ""
+        used = chunk.usage.completion_tokens if chunk.usage else used
+    return content, [(n, a) for n, a in found.values()], used
+
+
+@pytest.mark.parametrize("written", [
+    WEATHER_CALL.replace("Paris", "Oslo"),  # a bare call: its trigger is the start of its JSON
+    f"<tool_call>\n{WEATHER_CALL}\n</tool_call>",
+    f"```json\n{WEATHER_CALL}\n```",
+    "It is sunny in Paris, 21 C.",
+])
+def test_no_answer_after_a_tool_result_loses_what_the_model_wrote(written: str) -> None:
+    """A completion with completion_tokens > 0 returns content or tool calls, streamed and not, whatever shape the
+    model writes after a tool result (a bare call came back empty: its opening was cut as a trigger and never
+    read as the call's start)."""
+    with scripted_server(written) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        for stream in (False, True):
+            content, calls, used = answered(client, stream, tools=TOOLS)
+            assert used > 0 and (content or calls), (written, stream)
+            if written.startswith(("{", "<", "`")):
+                assert [(n, json.loads(a)) for n, a in calls] == [
+                    ("get_weather", json.loads(written[written.index("{"):written.rindex("}") + 1])["arguments"])]
+
+
+def test_tooldec_answer_answers_instead_of_repeating_an_answered_call() -> None:
+    """Asked for (`tooldec_answer`), a turn that only repeats a call already answered is decoded again with no
+    call allowed: the answer is text, streamed and not; without it the repeat comes back as a call."""
+    with scripted_server(WEATHER_CALL) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        for stream in (False, True):
+            _, calls, _ = answered(client, stream, tools=TOOLS)
+            assert [n for n, _ in calls] == ["get_weather"]
+            content, calls, used = answered(client, stream, tools=TOOLS, extra_body={"tooldec_answer": True})
+            assert not calls and content and used > 0, stream
+            assert '"name":' not in content
+
+
 FUZZ_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(10**12), 10**12) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
@@ -761,14 +825,12 @@ def test_default_model_serves_valid_calls() -> None:
                 range(4)))
         for answer in answers:
             check_calls(answer.choices[0].message)
-        streamed = "".join(
-            tc.function.arguments or ""
-            for chunk in client.chat.completions.create(model="smollm2", messages=question, tools=weather,
-                                                        tool_choice="required", temperature=0, max_tokens=80,
-                                                        stream=True)
-            for c in chunk.choices for tc in c.delta.tool_calls or []
-        )
-        assert streamed == required.choices[0].message.tool_calls[0].function.arguments
+        streamed: dict[int, str] = {}
+        for chunk in client.chat.completions.create(model="smollm2", messages=question, tools=weather,
+                                                    tool_choice="required", temperature=0, max_tokens=80, stream=True):
+            for tc in (tc for c in chunk.choices for tc in c.delta.tool_calls or []):
+                streamed[tc.index] = streamed.get(tc.index, "") + (tc.function.arguments or "")
+        assert list(streamed.values()) == [tc.function.arguments for tc in required.choices[0].message.tool_calls]
 
 
 def test_readme_client_example_runs(server: Server, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,11 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooldec.agents.chat import CHAT_SYNTAXES, chat_syntax, parse_free_calls
+from tooldec.chat import CHAT_SYNTAXES, chat_syntax, parse_call, read_calls
+from tooldec.chat.reader import call_at_end
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController
 from tooldec.decoding.trigger import Triggers
-from tooldec.eval.runners import BLOCKS, HERMES_CALL, LenientHermes, hermes_attempts
+from tooldec.eval.runners import chat_attempts
 from tooldec.grammar.calls import BARE_OPENING, get_format
 from tooldec.specs import ToolSpec
 from tooldec.vocab import Vocabulary
@@ -23,7 +24,7 @@ HEALING = Vocabulary([None, *(bytes([b]) for b in range(32, 127)), b"\n", b"<m",
 
 TOOLS = [ToolSpec("get_weather", "", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})]
 CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
-OPENINGS = [o for o, _ in BLOCKS]
+OPENINGS = ["<tool_call>", "```json"]
 
 
 def _feed(ctrl: CallController, vocab: Vocabulary, *texts: str) -> list:
@@ -92,12 +93,12 @@ def test_several_triggers_ban_every_token_that_runs_past_any(bytelevel_vocab: Vo
 
 def test_the_free_baseline_reads_the_same_shapes() -> None:
     text = f"Here: ```json\n{CALL}\n```\nand <tool_call>\n{CALL}\n</tool_call> then <tool_call>\n" + '{"na'
-    attempts = hermes_attempts(text, truncated=True)
+    attempts = chat_attempts(text, truncated=True)
     assert [a.complete for a in attempts] == [True, True, False]
-    assert [LenientHermes().parse(a.text).name for a in attempts[:2]] == ["get_weather"] * 2
+    assert [parse_call(a.text).name for a in attempts[:2]] == ["get_weather"] * 2
     assert [get_format("hermes").parse(a.text).arguments for a in attempts[:2]] == [{"city": "Paris"}] * 2
-    calls, errors = parse_free_calls(text, CHAT_SYNTAXES["hermes"])
-    assert [c.name for c in calls] == ["get_weather"] * 2 and len(errors) == 1
+    reading = read_calls(text, CHAT_SYNTAXES["hermes"])
+    assert [c.name for c in reading.calls] == ["get_weather"] * 2 and not reading.errors, "a cut call is no error"
     assert CHAT_SYNTAXES["hermes"].triggers == ("<tool_call>", "```json", BARE_OPENING)
 
 
@@ -113,15 +114,15 @@ def test_a_bare_call_opens_a_guided_call_and_the_free_baseline_reads_it(byteleve
     [event] = _feed(ctrl, bytelevel_vocab, CALL.removeprefix(BARE_OPENING))
     assert event.text == CALL and (event.calls[0].name, event.calls[0].arguments) == ("get_weather", {"city": "Paris"})
     text = 'A set {1, 2} and {"a": 1}, then ' + CALL + "\n" + CALL.replace("Paris", "Oslo")
-    calls, errors = parse_free_calls(text, syntax)
-    assert [c.arguments["city"] for c in calls] == ["Paris", "Oslo"] and not errors
-    assert hermes_attempts(CALL, truncated=False) == [], "BFCL runs read tags and fences only (issue 13's record)"
+    reading = read_calls(text, syntax)
+    assert [c.arguments["city"] for c in reading.calls] == ["Paris", "Oslo"] and not reading.errors
+    assert [a.text for a in chat_attempts(CALL, truncated=False)] == [CALL], "BFCL runs read bare calls too"
 
 
 def test_a_chat_syntax_in_the_lines_layout_compiles_its_pretty_format() -> None:
     lines = chat_syntax("hermes", "lines")
     assert (lines.family, lines.format, lines.triggers) == ("hermes", "hermes-lines", CHAT_SYNTAXES["hermes"].triggers)
-    assert [chat_syntax(f).format for f in CHAT_SYNTAXES] == list(CHAT_SYNTAXES)
+    assert [chat_syntax(f).format for f in CHAT_SYNTAXES] == [*list(CHAT_SYNTAXES)[:-1], "python-calls"]
     with pytest.raises(ValueError, match="exists for hermes calls only, not 'mistral'"):
         chat_syntax("mistral", "lines")
     with pytest.raises(ValueError, match="unknown call syntax"):
@@ -130,7 +131,7 @@ def test_a_chat_syntax_in_the_lines_layout_compiles_its_pretty_format() -> None:
 
 def test_the_free_baseline_sees_a_control_token_trigger(bytelevel_vocab: Vocabulary) -> None:
     """`<tool_call>` as one special token (no bytes of its own) still opens a call the free controller reads."""
-    ctrl = FreeController(bytelevel_vocab, HERMES_CALL, LenientHermes().parse, after_call="stop")
+    ctrl = FreeController(bytelevel_vocab, call_at_end, parse_call, after_call="stop")
     tokens = bytelevel_vocab.encode("Sure. ") + [bytelevel_vocab.special_ids["<tool_call>"]]
     tokens += bytelevel_vocab.encode(f"\n{CALL}\n</tool_call>")
     events = [e for t in tokens if (e := ctrl.accept_token(t)) is not None]

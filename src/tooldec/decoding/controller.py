@@ -126,6 +126,8 @@ class CallController:
     - `after_call`: "stop" ends the sequence after the call, "text" returns to text mode (parallel calls,
       or the caller appends the tool's result and decoding goes on), up to `max_calls` calls.
     - `stop`: texts that end the sequence when written in text mode (e.g. the next few-shot "\nQ:").
+    - `text_first=True`: EOS is not allowed before some text other than whitespace (an answer that may not be
+      empty).
     - `end_in_text=False`: EOS is not allowed in text mode, so the text leads to a call (ReAct's format: a
       Thought line, then an Action, until the `Finish` action ends the sequence).
 
@@ -143,6 +145,7 @@ class CallController:
         max_calls: int = 16,
         stop: tuple[str, ...] = (),
         end_in_text: bool = True,
+        text_first: bool = False,
     ) -> None:
         """Start in tool mode when there is no trigger or a call is required, else in text mode."""
         if tool_choice not in ("auto", "none", "required"):
@@ -158,6 +161,7 @@ class CallController:
         self.max_calls = max_calls
         self._stops = [t.encode() for t in stop if t]
         self.end_in_text = end_in_text
+        self.text_first = text_first
         self.reset()
 
     def reset(self) -> None:
@@ -170,6 +174,7 @@ class CallController:
         self._pending_trigger: list[int] = []
         self._history: list[_Snapshot] = []
         self._unspelled = ""  # a trigger the grammar does not spell, written before the call's text
+        self._text_at: int | None = None  # where the first token with text other than whitespace was accepted
         self.mode = Mode.TEXT
         if self.trigger is None or self.tool_choice == "required":
             self._enter_tool(forced=True)
@@ -231,7 +236,8 @@ class CallController:
         if self.trigger is None:
             return None
         allow = self.tool_choice != "none" and len(self.events) < self.max_calls
-        return self.trigger.allowed_mask(self._tail, allow=allow, eos=self.end_in_text)
+        eos = self.end_in_text and (not self.text_first or self._text_at is not None)
+        return self.trigger.allowed_mask(self._tail, allow=allow, eos=eos)
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
         """Write the packed mask of the tokens allowed next into row `row` of an `int32[B, W]` array."""
@@ -293,6 +299,8 @@ class CallController:
             self.mode = Mode.DONE
             return None
         token = self.vocab.token_bytes[token_id] or b""
+        if self._text_at is None and token.strip():
+            self._text_at = len(self.tokens) - 1
         if self._stops:
             keep = max(len(t) for t in self._stops) + len(token)
             self._recent = (self._recent + token)[-keep:]
@@ -339,6 +347,8 @@ class CallController:
             self._guide = snap.guide
             if snap.guide is not None:
                 snap.guide.rollback(snap.guide.num_tokens - snap.guide_tokens)
+        if self._text_at is not None and self._text_at >= len(self.tokens):
+            self._text_at = None
 
     def stop(self) -> None:
         """End the sequence now (the caller decided it is complete, e.g. a ReAct `Finish`)."""
@@ -379,7 +389,8 @@ class CallController:
 class FreeController:
     """Unconstrained decoding that still notices calls: the baseline ToolDec is compared with.
 
-    After every token the text generated since the last call is matched against `call_end` (a regex that
+    After every token the text generated since the last call is matched against `call_end` (a function giving
+    the call the text ends with, or a regex that
     must match at the end, e.g. ToolkenGPT's `<tool>(...)=`); a match is parsed best-effort with `parse`
     and reported as a CallEvent (with the parse error, if any). A control token other than EOS is read as its
     name (`<tool_call>` when the tokenizer has it as one special token), as the guided path reads it. Never
@@ -389,7 +400,7 @@ class FreeController:
     def __init__(
         self,
         vocab: Any,
-        call_end: re.Pattern[str] | None,
+        call_end: re.Pattern[str] | Callable[[str], str | None] | None,
         parse: Callable[[str], ParsedCall] | None = None,
         *,
         after_call: Literal["stop", "text"] = "text",
@@ -441,14 +452,20 @@ class FreeController:
         if any(t in text for t in self.stops):
             self.mode = Mode.DONE
             return None
-        m = self.call_end.search(text) if self.call_end is not None else None
-        if m is None or self.parse is None:
+        if self.call_end is None or self.parse is None:
+            return None
+        if callable(self.call_end):
+            found = self.call_end(text)
+        else:
+            m = self.call_end.search(text)
+            found = m.group(0) if m is not None else None
+        if found is None:
             return None
         self._since = b""
         try:
-            event = CallEvent(m.group(0), [self.parse(m.group(0))])
+            event = CallEvent(found, [self.parse(found)])
         except (CallParseError, ValueError) as exc:
-            event = CallEvent(m.group(0), [], str(exc))
+            event = CallEvent(found, [], str(exc))
         self.events.append(event)
         if self.after_call == "stop" or len(self.events) >= self.max_calls:
             self.mode = Mode.DONE

@@ -137,8 +137,10 @@ class Triggers:
         return mask if eos else without_eos(self.prepared, key, mask)
 
     def opened(self, tail: bytes, token_id: int) -> Trigger | None:
-        """The trigger `token_id` completes after `tail`, if any."""
-        return next((m for m in self.members if m.fired(tail, token_id)), None)
+        """The trigger `token_id` completes after `tail`, if any: the longest where several end there (Llama 3.1's
+        `[{"name": ` over `{"name": `)."""
+        fired = [m for m in self.members if m.fired(tail, token_id)]
+        return max(fired, key=lambda m: m.length) if fired else None
 
 
 def without_eos(prepared: PreparedVocab, key: tuple[object, ...], mask: np.ndarray | None) -> np.ndarray:

@@ -5,7 +5,8 @@ grammars); its `run(item)` returns the record report.py summarises: prediction, 
 (None, "format", "name" or "argument": the first error among the item's calls), `calls` (the verdict of each
 call the model started), `tokens_per_tool` (tool documentation in the prompt), `seconds` and
 `generated_tokens`. A call cut off by the token limit is marked `truncated` and is not a syntax error in any
-mode. Free and fuzzy calls are read with best-effort parsers; ToolDec's calls with the format's own parser.
+mode. Chat calls (BFCL) are read by the chat layer's one reader in every mode (`tooldec.chat.reader`: tags,
+fences, bare objects and lists); toolken and ReAct calls by the format's own parser.
 Fuzzy decoding maps every tool name to the nearest existing one before it runs or is scored. ToolDec may name a
 tool by a unique suffix of its name (`<children>` for `number_of_children`, see `with_aliases`); its calls are
 read with the same aliases, so they are scored under the tool's own name.
@@ -17,15 +18,17 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from tooldec.agents.chat import FENCE_OPEN
 from tooldec.agents.executor import ToolExecutor, ToolResult
 from tooldec.agents.explain import guided_steps, summarize
 from tooldec.agents.react import FINISH, ReactAgent, describe_tools, react_prompt
 from tooldec.agents.toolken import ToolkenAgent
 from tooldec.backends.loader import LoadedModel
+from tooldec.chat import ChatTemplate, build_policy, chat_syntax
+from tooldec.chat.reader import call_at_end, call_blocks, parse_call, parse_calls
+from tooldec.chat.template import with_instructions
 from tooldec.decoding import CallController, FreeController, Trigger
 from tooldec.decoding.decoder import Decoder, Generation
 from tooldec.decoding.prefix import PromptPrefix
@@ -43,12 +46,10 @@ from tooldec.eval.metrics import (
 )
 from tooldec.eval.restbench_sim import RestSimulator
 from tooldec.grammar.calls import (
-    WRAPPED_BLOCKS,
     Aliased,
     CallFormat,
     CallParseError,
     ParsedCall,
-    call_blocks,
     get_format,
     with_aliases,
 )
@@ -77,12 +78,8 @@ SIMULATED_NOTE = (
 TOOLKEN_CALL = re.compile(r"<([A-Za-z_][\w.\-]*)>\(([^()]*)\)=$")
 BFCL_FORMATS = ("hermes", "hermes-lines")
 """The formats a BFCL run's ToolDec calls may be compiled in (both read back the same way)."""
-HERMES_CALL = re.compile(r"(?:<tool_call>(.*?)</tool_call>|```json\n(.*?)\n```)$", re.DOTALL)
-TOOL_CALL_OPEN = "<tool_call>"
-TOOL_CALL_CLOSE = "</tool_call>"
-BLOCKS = ((TOOL_CALL_OPEN, TOOL_CALL_CLOSE), (FENCE_OPEN, "\n```"))
-"""The shapes a Hermes call is written in that a BFCL run reads, in every decoding mode: tags, or a Markdown JSON
-block (Qwen). Not a bare object, which chat and serving read since stop 26: issue 13's runs keep one reading."""
+HERMES = chat_syntax("hermes")
+"""The call syntax of BFCL runs: Hermes/Qwen calls in tags, a fence or bare."""
 
 
 class EvalError(ToolDecError, ValueError):
@@ -108,36 +105,6 @@ class Benchmark:
     def run(self, item: Any) -> dict[str, Any]:
         """The record of one item, decoded alone."""
         return self.run_batch([item])[0]
-
-
-class LenientHermes:
-    """Best-effort reader of `<tool_call>{...}</tool_call>` or ```` ```json {...} ``` ```` for free decoding: any
-    spacing, `parameters` too."""
-
-    name = "hermes-lenient"
-
-    def parse(self, text: str) -> ParsedCall:
-        """The call between the tags or fences (either may be missing); raises CallParseError."""
-        body = text.strip()
-        for opening, closing in BLOCKS:
-            if body.startswith(opening) or body.endswith(closing.strip()):
-                body = body.removeprefix(opening).removesuffix(closing.strip()).strip()
-                break
-        try:
-            obj = json.loads(body)
-        except ValueError as exc:
-            raise CallParseError(f"not JSON: {body[:80]!r}") from exc
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            raise CallParseError(f"not a call object: {body[:80]!r}")
-        args = obj.get("arguments", obj.get("parameters", {}))
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except ValueError as exc:
-                raise CallParseError(f"arguments are not JSON: {args[:80]!r}") from exc
-        if not isinstance(args, dict):
-            raise CallParseError("arguments are not an object")
-        return ParsedCall(obj["name"], args)
 
 
 class FuzzyExecutor(ToolExecutor):
@@ -231,33 +198,10 @@ def react_attempts(text: str, truncated: bool) -> list[Attempt]:
     return out
 
 
-def hermes_attempts(text: str, truncated: bool, *, guided: bool = False) -> list[Attempt]:
-    """Every `<tool_call>` up to its `</tool_call>`, every ```` ```json ```` up to its closing fence (or the next
-    opening, or the end).
-
-    `guided`: the calls were written under ToolDec's grammar, so each block's object is JSON and its closing is
-    the first after the object ends; a `</tool_call>` inside a string argument closes nothing, and an object the
-    token limit cut off is an incomplete attempt, not a format error."""
-    out = []
-    if guided:
-        for block in call_blocks(text, WRAPPED_BLOCKS):
-            if not block.closed:  # cut off by the token limit (the grammar closes every object it completes)
-                out.append(Attempt(text[block.start:].rstrip(), not truncated))
-                break
-            out.append(Attempt(text[block.start:block.end], True))
-        return out
-    opening = re.compile("|".join(re.escape(o) for o, _ in BLOCKS))
-    found = [(m.start(), m.group(0)) for m in opening.finditer(text)]
-    closing = dict(BLOCKS)
-    starts = [s for s, _ in found]
-    for i, (start, tag) in enumerate(found):
-        limit = starts[i + 1] if i + 1 < len(starts) else len(text)
-        end = text.find(closing[tag], start + len(tag), limit)
-        if end >= 0:
-            out.append(Attempt(text[start : end + len(closing[tag])], True))
-        else:
-            out.append(Attempt(text[start:limit].rstrip(), i + 1 < len(starts) or not truncated))
-    return out
+def chat_attempts(text: str, truncated: bool) -> list[Attempt]:
+    """Every call block of a chat answer, in every shape (`tooldec.chat.reader.call_blocks`), the same in every
+    decoding mode; a block the text ends inside is cut off when `truncated`, else complete (and unreadable)."""
+    return [Attempt(text[b.start : b.end].rstrip(), not (b.cut and truncated)) for b in call_blocks(text)]
 
 
 def call_format(fmt: str, tools: ToolSet | Sequence[ToolSpec], decoding: str) -> CallFormat:
@@ -592,25 +536,12 @@ BFCL_SYSTEM = (
 )
 
 
-def template_uses_tools(lm: LoadedModel) -> bool:
-    """Whether the model's chat template renders the tools it is given."""
-    probe = [{"role": "user", "content": "hi"}]
-    tool = ToolSpec("probe_tool_xyz", "probe", {"type": "object", "properties": {}, "required": []})
-    return lm.encode_chat(probe, tools=[tool.to_openai()]) != lm.encode_chat(probe)
-
-
 def bfcl_messages(
     turns: Sequence[Mapping[str, Any]], specs: Sequence[ToolSpec], tool_text: str, uses_tools: bool
 ) -> list[dict[str, Any]]:
     """The first turn's messages, with a system message listing the tools when the template ignores them."""
     messages = [dict(m) for m in turns]
-    if uses_tools:
-        return messages
-    system = BFCL_SYSTEM.format(tools=tool_text)
-    if messages and messages[0].get("role") == "system":
-        messages[0]["content"] = system + "\n\n" + str(messages[0].get("content", ""))
-        return messages
-    return [{"role": "system", "content": system}, *messages]
+    return messages if uses_tools else with_instructions(messages, BFCL_SYSTEM.format(tools=tool_text))
 
 
 def _bfcl_tools(specs: Sequence[ToolSpec], short: Mapping[str, str] | None) -> tuple[str, list[dict[str, Any]]]:
@@ -630,19 +561,23 @@ def bfcl_calls(
     brings stored verdicts to the current checker with it.
     """
     fuzzy = decoding == "fuzzy"
-    parse = None if decoding == "tooldec" else LenientHermes().parse
-    checker = SyntaxChecker(specs, call_format("hermes", specs, decoding))
-    attempts = hermes_attempts(text, finish_reason == "length", guided=decoding == "tooldec")
-    kind, calls = verdicts(checker, attempts, fuzzy=fuzzy, parse=parse)
+    fmt = call_format("hermes", specs, decoding)
+    names = fmt.canonical if isinstance(fmt, Aliased) else {}
+
+    def read(text: str) -> list[ParsedCall]:
+        return [replace(c, name=names.get(c.name, c.name)) for c in parse_calls(text)]
+
+    checker = SyntaxChecker(specs, fmt)
+    attempts = chat_attempts(text, finish_reason == "length")
+    kind, calls = verdicts(checker, attempts, fuzzy=fuzzy, parse=lambda t: read(t)[0])
     made = []
     for attempt in attempts:
         if not attempt.complete:
             continue
         try:
-            call = (parse or checker.format.parse)(attempt.text)
+            made += [fuzzy_call(c, specs) if fuzzy else c for c in read(attempt.text)]
         except CallParseError:
             continue
-        made.append(fuzzy_call(call, specs) if fuzzy else call)
     return kind, calls, made
 
 
@@ -660,26 +595,25 @@ def _bfcl(
     data = datasets.load_bfcl(benchmark, root)
     parallel = data.category.startswith("parallel")
     max_calls = 8 if parallel else 1
-    uses_tools = template_uses_tools(lm)
+    uses_tools = ChatTemplate.probe(lm.tokenizer).renders_tools
     compiler = lm.compiler
     decoder = Decoder(lm.model, lm.vocab)
     max_new = 256 if parallel else 160
     choice: Literal["auto", "required"] = "required" if tool_choice == "required" else "auto"
-    start_tokens = Trigger(compiler.prepared, TOOL_CALL_OPEN).tokens() if tool_choice == "required" else []
+    start_tokens = Trigger(compiler.prepared, HERMES.trigger).tokens() if tool_choice == "required" else []
+    syntax = HERMES.laid_out("lines" if fmt == "hermes-lines" else "compact")
 
-    def start(item: datasets.BfclItem) -> tuple[list[int], CallController | FreeController]:
-        """The entry's prompt (chat template with its functions) and the controller that decodes it."""
+    def start(item: datasets.BfclItem) -> tuple[list[int], Any]:
+        """The entry's prompt (chat template with its functions) and the policy that decodes it."""
         specs = from_openai_tools(item.functions)
         tool_text, openai_tools = _bfcl_tools(specs, compressed)
         messages = bfcl_messages(item.question[0], specs, tool_text, uses_tools)
         prompt = lm.encode_chat(messages, tools=openai_tools if uses_tools else None)
         if decoding == "tooldec":
-            grammar = compiler.compile(specs, call_format(fmt, specs, decoding))
-            return prompt, CallController(
-                grammar, trigger=[o for o, _ in BLOCKS], tool_choice=choice, after_call="text", max_calls=max_calls
-            )
+            return prompt, build_policy(compiler, ToolSet(specs), choice, syntax=syntax, parallel=parallel,
+                                        max_calls=max_calls)
         return prompt, FreeController(
-            lm.vocab, HERMES_CALL, LenientHermes().parse, after_call="text", max_calls=max_calls, start=start_tokens
+            lm.vocab, call_at_end, parse_call, after_call="text", max_calls=max_calls, start=start_tokens
         )
 
     def run_batch(batch: Sequence[datasets.BfclItem]) -> list[dict[str, Any]]:

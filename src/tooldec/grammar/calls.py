@@ -318,7 +318,9 @@ class ReactCall:
 
 @dataclass(frozen=True)
 class ParallelCalls:
-    """Several calls in one list, e.g. Mistral's `[TOOL_CALLS][{...}, {...}]` (the control token is the trigger)."""
+    """Several calls in one list, e.g. Mistral's `[TOOL_CALLS][{...}, {...}]` (the control token is the trigger),
+    Python's `f(a=1), g(b=2)` (no brackets); with `single`, one call may also stand alone, unlisted (Llama 3.1's
+    `{...}` or `[{...}, {...}]`)."""
 
     inner: CallFormat
     open: str = "["
@@ -326,6 +328,7 @@ class ParallelCalls:
     sep: str = ", "
     max_calls: int = 8
     name: str = "parallel"
+    single: bool = False
 
     def call(self, tool: ToolSpec, *, max_ref_depth: int, decide: Decide,
              names: tuple[str, ...] = ()) -> Node:
@@ -333,26 +336,43 @@ class ParallelCalls:
         return self.inner.call(tool, max_ref_depth=max_ref_depth, decide=decide, names=names)
 
     def around(self, any_call: Node) -> Node:
-        """The list of one to `max_calls` calls."""
-        return seq(lit(self.open), Repeat(any_call, 1, self.max_calls, lit(self.sep)), lit(self.close))
+        """The list of one to `max_calls` calls (or one call alone, with `single`)."""
+        listed = seq(lit(self.open), Repeat(any_call, 1, self.max_calls, lit(self.sep)), lit(self.close))
+        return alt(any_call, listed) if self.single else listed
 
     def parse(self, text: str) -> ParsedCall:
         """The first call of the list; `parse_all` gives every call."""
         return self.parse_all(text)[0]
 
     def parse_all(self, text: str) -> list[ParsedCall]:
-        """Every call of the list; raises CallParseError."""
-        try:
-            items = json.loads(text)
-        except ValueError as exc:
-            raise CallParseError(f"not a JSON list of calls: {text!r}") from exc
-        if not isinstance(items, list) or not items:
+        """Every call of the list (or the one call alone, with `single`); raises CallParseError."""
+        if self.single and not text.lstrip().startswith(self.open):
+            return [self.inner.parse(text)]
+        body = text.strip()
+        if not (body.startswith(self.open) and body.endswith(self.close)):
+            raise CallParseError(f"calls not between {self.open!r} and {self.close!r}: {text!r}")
+        items = _list_items(body[len(self.open) : len(body) - len(self.close)])
+        if not items:
             raise CallParseError(f"not a non-empty list of calls: {text!r}")
-        return [self.inner.parse(json.dumps(item)) for item in items]
+        return [self.inner.parse(item) for item in items]
 
     def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
         """The canonical text of a list holding one call."""
         return self.open + self.inner.render(tool, arguments) + self.close
+
+
+def _list_items(text: str) -> list[str]:
+    """The texts of the comma-separated items of a JSON array's or a Python tuple's inside; raises CallParseError."""
+    try:
+        return [json.dumps(item) for item in json.loads("[" + text + "]")]
+    except ValueError:
+        pass
+    try:
+        node = ast.parse("(" + text + ",)", mode="eval").body
+    except SyntaxError as exc:
+        raise CallParseError(f"not a list of calls: {text!r}") from exc
+    items = node.elts if isinstance(node, ast.Tuple) else []
+    return [ast.get_source_segment("(" + text + ",)", item) or "" for item in items]
 
 
 _SEPARATORS = "_-/ "
@@ -489,8 +509,9 @@ FORMATS: dict[str, CallFormat] = {
     "hermes-lines": _hermes(JsonCall(syntax=JSON_LINES), "hermes-lines"),
     "toolken": ToolkenCall(),
     "react": ReactCall(),
-    "llama31": JsonCall(name="llama31", arguments_key="parameters"),
+    "llama31": ParallelCalls(JsonCall(name="llama31", arguments_key="parameters"), name="llama31", single=True),
     "mistral": ParallelCalls(JsonCall(), name="mistral"),
+    "python-calls": ParallelCalls(PythonCall(), open="", close="", name="python-calls"),
 }
 
 
@@ -510,56 +531,6 @@ def format_in_layout(name: str, layout: str) -> str:
         raise ValueError(f"call layout {layout!r} exists for {', '.join(f.split('-')[0] for f in with_layout)} "
                          f"calls only, not {name!r}")
     return laid_out
-
-
-HERMES_BLOCKS: tuple[tuple[str, str], ...] = tuple(
-    zip(FORMATS["hermes"].openings, (c.strip() for _, c in FORMATS["hermes"].pairs), strict=True)  # type: ignore[attr-defined]
-)
-"""(opening, closing) of every shape a Hermes call is written in: `<tool_call>` tags, a Markdown JSON block, a bare
-object (opened by its own first bytes, closed by nothing)."""
-WRAPPED_BLOCKS: tuple[tuple[str, str], ...] = tuple(b for b in HERMES_BLOCKS if b[1])
-"""The Hermes shapes with text around the call (tags, fence): what issue 13's BFCL runs read (docs/results.md)."""
-
-_JSON = json.JSONDecoder()
-
-
-@dataclass(frozen=True)
-class CallBlock:
-    """One call in a model's text: where its opening starts, its JSON object (as far as written), whether the
-    object is complete, where the block ends (after its closing when that is written) and whether it was."""
-
-    start: int
-    json: str
-    complete: bool
-    end: int
-    closed: bool = False
-
-
-def call_blocks(text: str, blocks: Sequence[tuple[str, str]] = HERMES_BLOCKS) -> list[CallBlock]:
-    """The calls in `text`, each opened by one of `blocks`' openings (an opening that starts with `{` is the
-    object's own start); a call's object ends where its JSON does (a closing inside a string argument does not
-    end it). The last may be incomplete."""
-    out: list[CallBlock] = []
-    pos = 0
-    while True:
-        found = [(i, o, c) for o, c in blocks if (i := text.find(o, pos)) >= 0]
-        if not found:
-            return out
-        start, opening, closing = min(found)
-        body = start if opening.startswith("{") else start + len(opening)
-        while body < len(text) and text[body].isspace():
-            body += 1
-        try:
-            end = _JSON.raw_decode(text, body)[1] if text.startswith("{", body) else None
-        except ValueError:  # not (yet) a whole JSON value
-            end = None
-        if end is None:
-            out.append(CallBlock(start, text[body:], False, len(text)))
-            return out
-        after = len(text) - len(text[end:].lstrip())
-        closed = text.startswith(closing, after)
-        pos = after + len(closing) if closed else end
-        out.append(CallBlock(start, text[body:end], True, pos, closed))
 
 
 def get_format(name: str | CallFormat) -> CallFormat:

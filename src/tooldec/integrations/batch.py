@@ -17,12 +17,10 @@ output types of `tooldec.structured`): `{"tooldec_json": "<schema as JSON text>"
 or `{"tooldec_choice": ["a", "b"]}`. A request carries tools or one of these, not two.
 
 `tool_payload(...)`, `grammar_payload(...)` and `output_payload(key, value)` write these entries; `read_request`
-reads any of them. `PolicyFactory` turns a request into a `CallController` (one per model:
-it holds the compiler, whose compiled tool sets and grammars are cached) with the call formats of `tooldec serve`, the agents
-and the evaluation: any of the syntax's triggers opens a call (Hermes/Qwen: `<tool_call>`, a Markdown
-```` ```json ```` block or a bare `{"name": "`) and a call may name a tool by a unique suffix of its name
-(`with_aliases`); `tooldec.grammar.calls.call_blocks` finds such calls in text (for the vLLM tool parser, which
-names them by `name_aliases`).
+reads any of them. `PolicyFactory` turns a request into its policy (one per model: it holds the compiler, whose
+compiled tool sets and grammars are cached) through the chat layer's one builder (`tooldec.chat.plan_calls`), as
+`tooldec serve`, the agents and the evaluation do; `tooldec.chat.call_blocks` finds the calls in text (for the vLLM
+tool parser, which names them by `name_aliases`).
 `PolicyBatch` keeps one policy per batch row and
 follows the engine's batch updates (removed, then added, then moved); before each sampling step it feeds every
 row the tokens generated since the last step, fills all rows' packed masks in one call of the compiled core
@@ -37,21 +35,27 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 
-from tooldec.automaton.dfa import DEAD
+from tooldec.chat import (
+    SYNTAXES,
+    CallsOnly,
+    ChatSyntax,
+    ToolChoiceError,
+    chat_syntax,
+    detect_syntax,
+    plan_calls,
+)
+from tooldec.chat.policy import resolve_tool_choice
 from tooldec.compiler import Compiler
-from tooldec.decoding.controller import CallController, MaskSource, Mode, accept_in_turn, fill_bitmasks
+from tooldec.decoding.controller import CallController, FreeController, MaskSource, fill_bitmasks
 from tooldec.errors import GrammarError, TokenRejectedError, ToolDecError
-from tooldec.grammar.calls import HERMES_BLOCKS, LAYOUTS, with_aliases
+from tooldec.grammar.calls import LAYOUTS
 from tooldec.grammar.cfg import load_grammar, sniff_syntax
 from tooldec.specs import ToolSet, from_openai_tools
 from tooldec.structured import OutputType, structured_output
-
-if TYPE_CHECKING:
-    from tooldec.agents.chat import ChatSyntax
 
 log = logging.getLogger("tooldec.integrations")
 
@@ -70,12 +74,6 @@ GRAMMAR_SYNTAXES = ("lark", "gbnf")
 OUTPUT_KEYS = {"tooldec_json": "json", "tooldec_regex": "regex", "tooldec_choice": "choice"}
 """The keys of the request's extra arguments that hold a JSON Schema (its JSON text), a regex or a choice (a list
 of strings) guiding the whole answer, and the `structured_outputs` key each stands for."""
-
-SYNTAXES = ("hermes", "llama31", "mistral")
-"""Call syntaxes a request may name (those of `tooldec.agents.chat.CHAT_SYNTAXES`)."""
-
-PARALLEL_MAX_CALLS = 16
-"""Calls one answer may hold when parallel calls are allowed (one otherwise)."""
 
 
 class ToolRequestError(ValueError):
@@ -263,7 +261,10 @@ def _parse_object(data: Mapping[str, Any]) -> ToolRequest:
         tools = ToolSet(from_openai_tools(raw_tools))
     except ToolDecError as exc:
         raise ToolRequestError(f"invalid tools: {exc}") from None
-    mode, named = _tool_choice(data.get("tool_choice", "auto"), tools)
+    try:
+        mode, named = resolve_tool_choice(data.get("tool_choice", "auto"), tools)
+    except ToolChoiceError as exc:
+        raise ToolRequestError(str(exc)) from None
     parallel = data.get("parallel_tool_calls", True)
     if parallel is None:
         parallel = True
@@ -281,35 +282,9 @@ def _parse_object(data: Mapping[str, Any]) -> ToolRequest:
     return ToolRequest(tools, mode, named, parallel, syntax, max_calls, layout)
 
 
-def _tool_choice(choice: Any, tools: ToolSet) -> tuple[str, str | None]:
-    """(mode, named tool) of an OpenAI tool_choice."""
-    if choice is None:
-        return "auto", None
-    if isinstance(choice, str):
-        if choice in ("auto", "none", "required"):
-            return choice, None
-        raise ToolRequestError(f"tool_choice must be auto, none, required or a named function, not {choice!r}")
-    if isinstance(choice, Mapping):
-        function = choice.get("function")
-        name = function.get("name") if isinstance(function, Mapping) else choice.get("name")
-        if not isinstance(name, str):
-            raise ToolRequestError('a named tool_choice is {"type": "function", "function": {"name": ...}}')
-        if name not in tools:
-            raise ToolRequestError(f"tool_choice names {name!r}, which is not one of the tools ({', '.join(tools.names)})")
-        return "required", name
-    raise ToolRequestError(f"tool_choice must be a string or an object, not {type(choice).__name__}")
-
-
-def opening_overlap(text: str, blocks: Sequence[tuple[str, str]] = HERMES_BLOCKS) -> int:
-    """How many characters at the end of `text` could begin an opening (content to hold back while streaming)."""
-    return max((k for o, _ in blocks for k in range(1, len(o)) if text.endswith(o[:k])), default=0)
-
-
 def request_syntax(request: ToolRequest, syntax: str, layout: str) -> ChatSyntax:
     """The chat syntax a request's calls take: its own syntax and layout, else the model's `syntax` and the
     default `layout`. Raises ToolRequestError for a layout the syntax lacks."""
-    from tooldec.agents.chat import chat_syntax
-
     try:
         return chat_syntax(request.syntax or syntax, request.layout or layout)
     except ValueError as exc:
@@ -335,146 +310,40 @@ def check_compiles(payload: str, syntax: str, layout: str = "compact") -> None:
         raise ToolRequestError("no call of these tools can be valid (their schemas admit no value)")
 
 
-class CallsOnly:
-    """The policy of an answer that must call (tool_choice required or named) with parallel calls: calls
-    back to back, then EOS.
-
-    Wraps a CallController that returns to text after each call. After a call only the next call's trigger
-    or EOS may follow, as in vLLM's own structural tag for required Hermes calls (separator ""): text there
-    would be lost anyway (a Hermes parser keeps the content before the first call), and free text let
-    SmolLM2 ramble after its call until max_tokens. (Allowing whitespace between calls made it repeat its
-    call instead of ending.) In auto mode the plain controller is used: free text before, between and after
-    calls, as vLLM's triggered tags allow."""
-
-    def __init__(self, controller: CallController, gap: Any) -> None:
-        """`gap` is the token index of `(<trigger>)?` (PolicyFactory builds it once per model)."""
-        self.controller = controller
-        self._gap = gap
-        self._state: int | None = None  # the gap's state while between or after calls, else None
-        self._history: list[int | None] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.controller, name)
-
-    def mask_source(self) -> MaskSource:
-        if self._state is not None and not self.controller.done:
-            return (self._gap.core, self._state)
-        return self.controller.mask_source()
-
-    def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
-        fill_bitmasks([self], out, [row])
-
-    def accept_token(self, token_id: int) -> Any:
-        """Take a token (TokenRejectedError if the gap or the controller refuses it)."""
-        state = self._state
-        if state is not None and not self.controller.done:
-            nxt = self._gap.next_state(state, token_id)
-            if nxt == DEAD:
-                tb = self.controller.vocab.token_bytes
-                raise TokenRejectedError(token_id, state, tb[token_id] if 0 <= token_id < len(tb) else None)
-            state = nxt
-        event = self.controller.accept_token(token_id)
-        self._history.append(self._state)
-        if event is not None and self.controller.mode is Mode.TEXT:
-            state = self._gap.start  # a call just ended: the gap begins
-        elif self.controller.mode is not Mode.TEXT:
-            state = None  # in the next call (or done)
-        self._state = state
-        return event
-
-    def accept_tokens(self, tokens: Sequence[int]) -> list[Any]:
-        """Take several tokens in turn; all or none (see accept_in_turn)."""
-        return accept_in_turn(self, tokens)
-
-    def validate_tokens(self, tokens: Sequence[int]) -> int:
-        """How many of `tokens`, from the first, would be accepted in turn (the policy is left as it was)."""
-        n = 0
-        for token in tokens:
-            try:
-                self.accept_token(token)
-            except TokenRejectedError:
-                break
-            n += 1
-        self.rollback(n)
-        return n
-
-    def rollback(self, n: int = 1) -> None:
-        """Undo the last `n` accepted tokens."""
-        self.controller.rollback(n)
-        for _ in range(n):
-            self._state = self._history.pop()
-
-    def is_terminated(self) -> bool:
-        return self.controller.is_terminated()
-
-    def reset(self) -> None:
-        self.controller.reset()
-        self._state = None
-        self._history = []
-
-
 class PolicyFactory:
     """Makes the policy of one request on one model: the compiler (shared, cached) and the model's call syntax."""
 
     def __init__(self, compiler: Compiler, syntax: str = "hermes", layout: str = "compact") -> None:
         """`syntax` is the model's call syntax and `layout` how its calls may be laid out (a request may name
         others). Raises ValueError for an unknown syntax or a layout it lacks."""
-        from tooldec.agents.chat import chat_syntax
-
         chat_syntax(syntax, layout)
         self.compiler = compiler
         self.prepared = compiler.prepared
         self.syntax = syntax
         self.layout = layout
-        self._gaps: dict[tuple[str, ...], Any] = {}
-
-    def _gap(self, triggers: tuple[str, ...]) -> Any:
-        """The token index of what may follow a required call: the next call's trigger (any of them), or EOS."""
-        gap = self._gaps.get(triggers)
-        if gap is None:
-            from tooldec.automaton.compile import compile_dfa
-            from tooldec.grammar.ir import alt, lit, opt
-            from tooldec.index import TokenIndex
-
-            dfa = compile_dfa(opt(alt(*(lit(t) for t in triggers))))
-            gap = self._gaps[triggers] = TokenIndex(dfa, self.prepared)
-        return gap
 
     @classmethod
     def from_hf(cls, tokenizer: Any, *, vocab_size: int | None = None, syntax: str | None = None,
                 layout: str = "compact") -> PolicyFactory:
         """The factory of a Hugging Face tokenizer; `vocab_size` is the model's logits width; the syntax is read
         from the chat template when not given."""
-        from tooldec.agents.chat import detect_syntax
         from tooldec.vocab import Vocabulary
 
         vocab = Vocabulary.from_hf(tokenizer, vocab_size=vocab_size)
         return cls(Compiler(vocab), syntax or detect_syntax(tokenizer), layout)
 
-    def policy(self, request: ToolRequest | GrammarRequest | OutputRequest) -> CallController | CallsOnly:
+    def policy(self, request: ToolRequest | GrammarRequest | OutputRequest) -> CallController | CallsOnly | FreeController:
         """A fresh policy for one request: the whole answer guided by its grammar, or guided calls of its tools in
-        its syntax, its tool_choice mode.
-
-        Any of the syntax's triggers opens a call ("none" bans the first, a ```` ```json ```` block stays text);
-        a call may name a tool by its unique suffix. A required (or named) call with parallel calls in the
-        Hermes syntax gets a CallsOnly: calls back to back, then EOS."""
+        its syntax and tool_choice mode (`tooldec.chat.plan_calls`: a required call with parallel calls gets a
+        CallsOnly, calls back to back, then EOS)."""
         if isinstance(request, GrammarRequest):
             return CallController(self.compiler.compile_grammar(request.text, request.syntax))
         if isinstance(request, OutputRequest):
             return CallController(request.output.compile(self.compiler))
-        syntax = request_syntax(request, self.syntax, self.layout)
-        grammar = self.compiler.compile(request.call_tools, with_aliases(syntax.format, request.tools))
-        parallel = syntax.parallel and request.parallel
-        controller = CallController(
-            grammar,
-            trigger=syntax.trigger if request.mode == "none" else syntax.triggers,
-            tool_choice=request.mode,  # type: ignore[arg-type]
-            after_call="text" if parallel else "stop",
-            max_calls=request.max_calls or (PARALLEL_MAX_CALLS if parallel else 1),
-        )
-        if parallel and syntax.family == "hermes" and request.mode == "required":
-            return CallsOnly(controller, self._gap(syntax.triggers))
-        return controller
+        choice = {"function": {"name": request.named}} if request.named is not None else request.mode
+        plan = plan_calls(request.tools, choice, syntax=request_syntax(request, self.syntax, self.layout),
+                          parallel=request.parallel, max_calls=request.max_calls)
+        return plan.policy(plan.compile(self.compiler))
 
 
 class _EosOnly:
@@ -493,7 +362,7 @@ class _Row:
     policy has taken, and whether guidance was given up (a token the mask did not allow was sampled)."""
 
     request: ToolRequest | GrammarRequest | OutputRequest
-    policy: CallController | CallsOnly | _EosOnly
+    policy: CallController | CallsOnly | FreeController | _EosOnly
     output: Sequence[int]
     seen: int = 0
     off: bool = False
@@ -530,7 +399,7 @@ class PolicyBatch:
             return
         if request is None:
             return
-        policy: CallController | CallsOnly | _EosOnly
+        policy: CallController | CallsOnly | FreeController | _EosOnly
         try:
             policy = self.factory.policy(request)
         except Exception as exc:  # noqa: BLE001 -- the engine step must go on for the other rows

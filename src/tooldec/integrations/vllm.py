@@ -46,7 +46,8 @@ from vllm.tool_parsers.abstract_tool_parser import ToolParserManager
 from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
-from tooldec.grammar.calls import call_blocks, name_aliases
+from tooldec.chat.reader import call_blocks, calls_in_json, opening_overlap
+from tooldec.grammar.calls import CallParseError, name_aliases
 from tooldec.integrations.batch import (
     PAYLOAD_KEY,
     GrammarRequest,
@@ -57,7 +58,6 @@ from tooldec.integrations.batch import (
     check_compiles,
     check_grammar,
     grammar_payload,
-    opening_overlap,
     output_payload,
     tool_payload,
 )
@@ -191,13 +191,12 @@ class ToolDecToolParser(Hermes2ProToolParser):
         calls = []
         blocks = [b for b in call_blocks(model_output) if b.complete]
         for block in blocks:
-            obj = json.loads(block.json)
-            name = obj.get("name") if isinstance(obj, dict) else None
-            if not isinstance(name, str):
+            try:
+                parsed = calls_in_json(block.json)
+            except CallParseError:
                 continue
-            arguments = json.dumps(obj.get("arguments", obj.get("parameters", {})), ensure_ascii=False)
-            calls.append(ToolCall(type="function", function=FunctionCall(name=names.get(name, name),
-                                                                         arguments=arguments)))
+            calls += [ToolCall(type="function", function=FunctionCall(
+                name=names.get(c.name, c.name), arguments=json.dumps(c.arguments, ensure_ascii=False))) for c in parsed]
         if not calls:
             return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=model_output)
         content = model_output[: blocks[0].start]

@@ -23,13 +23,15 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tooldec.backends.loader import LoadedModel
+from tooldec.chat import ChatTemplate
+from tooldec.chat.policy import repeat_key
 from tooldec.decoding.decoder import Decoder
 from tooldec.serve import protocol
 from tooldec.serve.engine import Engine, Job
 from tooldec.serve.errors import APIError, param_path
 from tooldec.serve.output import OutputBuilder
-from tooldec.serve.plan import plan_request
-from tooldec.serve.prompt import ChatTemplate, encode_prompt
+from tooldec.serve.plan import Plan, plan_request
+from tooldec.serve.prompt import encode_prompt
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,7 @@ def _validation_error(exc: RequestValidationError) -> APIError:
 def create_app(lm: LoadedModel, config: ServeConfig | None = None) -> FastAPI:
     """The FastAPI app serving `lm`; its engine starts and stops with the app's lifespan."""
     cfg = config or ServeConfig()
-    template = ChatTemplate.probe(lm, cfg.call_layout)
+    template = ChatTemplate.probe(lm.tokenizer, cfg.call_layout)
     context = int(getattr(lm.model.config, "max_position_embeddings", 0) or 1 << 30)
     max_len = min(context, cfg.max_model_len or context)
     engine = Engine(
@@ -167,10 +169,16 @@ def create_app(lm: LoadedModel, config: ServeConfig | None = None) -> FastAPI:
             grammar = await asyncio.wait_for(asyncio.to_thread(plan.compile, lm.compiler), cfg.compile_timeout)
         except TimeoutError:
             raise plan.timeout_error(cfg.compile_timeout) from None
-        policy = plan.policy(grammar, template, lm.vocab)
-        builder = OutputBuilder(lm.vocab, policy, kind=plan.kind, stop=plan.stop)
-        job = Job(prompt, policy, plan.params, max_tokens, builder, stream=body.stream)
+        answered = answered_calls(body.messages) if body.tooldec_answer and plan.kind == "tools" else set()
+        job = _job(plan, grammar, lm, prompt, max_tokens, stream=body.stream or bool(answered))
         engine.submit(job)
+        if answered:  # a turn after tool results that only repeats answered calls is decoded again, answering
+            await _wait_or_leave(engine, job, request)
+            made = {_call_key(c.name, c.arguments) for c in job.builder.complete_calls}
+            if job.finish_reason not in ("cancelled", "error") and made and made <= answered:
+                job = _job(plan, grammar, lm, prompt, max_tokens, stream=body.stream, answer=True)
+                engine.submit(job)
+        builder = job.builder
         cid, created = protocol.completion_id(), protocol.now()
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -192,6 +200,32 @@ def create_app(lm: LoadedModel, config: ServeConfig | None = None) -> FastAPI:
         )
 
     return app
+
+
+def _job(plan: Plan, grammar: Any, lm: LoadedModel, prompt: list[int], max_tokens: int, *, stream: bool,
+         answer: bool = False) -> Job:
+    """A request's job in the engine: a fresh policy (in the "answer" mode with `answer`) and output builder."""
+    policy = plan.policy(grammar, lm.vocab, answer=answer)
+    builder = OutputBuilder(lm.vocab, policy, kind=plan.kind, stop=plan.stop)
+    return Job(prompt, policy, plan.params, max_tokens, builder, stream=stream)
+
+
+def _call_key(name: str, arguments: str) -> str:
+    """A call's identity when it comes again after its result (`tooldec.chat.policy.repeat_key`)."""
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        args = arguments
+    return repeat_key(name, args)
+
+
+def answered_calls(messages: list[protocol.Message]) -> set[str]:
+    """The calls of the conversation a `tool` message answered, when the messages end with tool results."""
+    if not messages or messages[-1].role != "tool":
+        return set()
+    replied = {m.tool_call_id for m in messages if m.role == "tool"}
+    return {_call_key(tc.function.name, tc.function.arguments)
+            for m in messages if m.role == "assistant" for tc in m.tool_calls or [] if tc.id in replied}
 
 
 def _finish_reason(job: Job) -> str:

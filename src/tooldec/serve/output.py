@@ -13,22 +13,17 @@ from __future__ import annotations
 
 import codecs
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tooldec.decoding.controller import CallController, CallEvent, Mode
+from tooldec.chat.reader import CALL_HEAD, json_value_end
+from tooldec.decoding.controller import CallEvent, Mode
 from tooldec.decoding.trigger import Triggers
 from tooldec.serve.protocol import call_id
 
 Kind = Literal["tools", "json", "grammar", "text"]
 WHOLE: tuple[Kind, ...] = ("json", "grammar")
 """Kinds whose whole output is the guided text, kept as written (no trigger, stop string or strip)."""
-
-_CALL_HEAD = re.compile(r'\{\s*"name":\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)":\s*(?=\S)')
-"""The head of a JSON call in every chat syntax (Hermes, Llama-3.1, Mistral's list items), canonical or
-pretty-printed (the `lines` layout), up to where its arguments begin."""
-
 
 def decode_prefix(data: bytes) -> str:
     """The text of `data` without an incomplete UTF-8 character at its end (it may complete later)."""
@@ -38,31 +33,6 @@ def decode_prefix(data: bytes) -> str:
         except UnicodeDecodeError:
             continue
     return data.decode("utf-8", errors="replace")
-
-
-def json_value_end(text: str, start: int) -> int | None:
-    """Where the JSON object or array starting at `text[start]` ends (the index after it), None if it does not
-    end within `text`."""
-    depth = 0
-    in_string = escaped = False
-    for i in range(start, len(text)):
-        c = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c in "{[":
-            depth += 1
-        elif c in "}]":
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
 
 
 def canonical_names(fmt: Any) -> dict[str, str]:
@@ -132,7 +102,7 @@ class OutputBuilder:
         trigger = getattr(self.policy, "trigger", None)
         members = trigger.members if isinstance(trigger, Triggers) else [trigger] if trigger is not None else []
         self._trigger_texts = sorted((t.text for t in members if t.token_id is None), key=len, reverse=True)
-        if isinstance(self.policy, CallController) and self.policy.tool_choice != "none":
+        if getattr(self.policy, "tool_choice", "none") != "none":
             self._holds += self._trigger_texts
         grammar = getattr(self.policy, "grammar", None)
         self._canonical = canonical_names(getattr(grammar, "format", None))
@@ -160,7 +130,7 @@ class OutputBuilder:
             cut = len(data) if fired is None else len(fired)
             del self._content[len(self._content) - cut :]
             self._released = min(self._released, len(self._content))
-            self._call = bytearray()
+            self._call = bytearray(fired or b"")  # a bare call's trigger is the start of its JSON
             self._pos, self._args_at = 0, None
             self._event_first = len(self.calls)
         self._release(final=False)
@@ -222,7 +192,7 @@ class OutputBuilder:
         """Announce calls whose name is complete and stream their arguments as far as they are written."""
         while True:
             if self._args_at is None:
-                m = _CALL_HEAD.search(text, self._pos)
+                m = CALL_HEAD.search(text, self._pos)
                 if m is None:
                     return
                 written = json.loads('"' + m.group(1) + '"')

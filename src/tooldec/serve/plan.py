@@ -1,33 +1,29 @@
 """What a request asks the decoder to do: its tools, how calls are guided, its sampling and limits.
 
 `tools` are read with `tooldec.specs.from_openai_tools` and compiled by the model's compiler (cached,
-thread-safe) in the model's chat syntax, with the format objects the agents and the evaluation use: a call
-may name a tool by a unique word-aligned suffix of its name (`with_aliases`; the answer names the tool
-itself), and any of the syntax's triggers opens a call (Hermes/Qwen: `<tool_call>` or a ```` ```json ````
-block). `tool_choice` maps to the CallController's mode as in `ChatAgent` ("auto": the model may write a
-trigger, after which the call is guided; "required": the first trigger is forced; a named function: only that
-tool, one call; "none": the first trigger is banned, and a ```` ```json ```` block stays content). With
-`parallel_tool_calls` the row goes back to text after a call (syntaxes that allow several calls in a turn),
-else it stops after one. `response_format` json_schema guides the whole answer by the schema's grammar, and
-vLLM's `structured_outputs` by the output type of its one key (`tooldec.structured.structured_output`): `json`
-(a JSON Schema), `regex`, `choice`, or `grammar` (GBNF when a line of it defines a rule with `::=`, Lark
-otherwise). Its other keys (`structural_tag`, ...) are refused by name.
+thread-safe) in the model's chat syntax; `tool_choice` and `parallel_tool_calls` become the row's policy through
+the chat layer's one builder (`tooldec.chat.plan_calls`), as for the agents, the vLLM processor and the
+evaluation. With `tooldec_answer` (sent through the client's `extra_body`), a turn after tool results that only
+repeats calls already answered is decoded again in the "answer" mode, where no call can start. `response_format`
+json_schema guides the whole answer by the schema's grammar, and vLLM's `structured_outputs` by the output type of
+its one key (`tooldec.structured.structured_output`): `json` (a JSON Schema), `regex`, `choice`, or `grammar` (GBNF
+when a line of it defines a rule with `::=`, Lark otherwise). Its other keys (`structural_tag`, ...) are refused by
+name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tooldec.cfg_guide import CompiledCfg
+from tooldec.chat import CallPlan, ChatTemplate, ToolChoiceError, plan_calls
 from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.decoding import CallController, FreeController, Policy
 from tooldec.decoding.sampling import SamplingParams
 from tooldec.errors import ToolDecError
-from tooldec.grammar.calls import FORMATS, CallFormat, JsonCall, ParallelCalls, with_aliases
 from tooldec.serve.errors import APIError, grammar_error, pointer_param, tool_error
 from tooldec.serve.output import WHOLE, Kind
-from tooldec.serve.prompt import ChatTemplate
 from tooldec.serve.protocol import MAX_STOP, ChatCompletionRequest, NamedToolChoice, StructuredOutputs
 from tooldec.specs import ToolSet, from_openai_tools
 from tooldec.structured import STRUCTURED_KEYS, OutputType, structured_output
@@ -39,10 +35,7 @@ class Plan:
 
     kind: Kind
     tools: ToolSet | None
-    call_tools: ToolSet | None
-    mode: str
-    after_call: str
-    format: CallFormat | None
+    calls: CallPlan | None
     schema: Any
     strict: bool
     stop: tuple[str, ...]
@@ -69,9 +62,9 @@ class Plan:
             except (ToolDecError, RecursionError) as exc:
                 raise tool_error(exc, "response_format.json_schema.schema") from exc
         if self.kind == "tools":
-            assert self.call_tools is not None and self.format is not None and self.tools is not None
+            assert self.calls is not None and self.tools is not None
             try:
-                return compiler.compile(self.call_tools, self.format)
+                return self.calls.compile(compiler)
             except (ToolDecError, RecursionError) as exc:
                 raise _located(exc, self.tools) from exc
         return None
@@ -88,22 +81,15 @@ class Plan:
             what, param, code = "tool schemas", "tools", "schema_too_complex"
         return APIError(f"the {what} did not compile within {seconds:g} s", param=param, code=code)
 
-    def policy(self, grammar: CompiledGrammar | CompiledCfg | None, template: ChatTemplate, vocab: Any) -> Policy:
-        """A fresh policy for one row."""
+    def policy(self, grammar: CompiledGrammar | CompiledCfg | None, vocab: Any, *, answer: bool = False) -> Policy:
+        """A fresh policy for one row (`answer`: the tools' calls in the "answer" mode, no call can start)."""
         if self.kind == "text" or grammar is None:
             return FreeController(vocab, None, stop=self.stop)
         if self.kind in WHOLE:
             return CallController(grammar)
-        assert isinstance(grammar, CompiledGrammar)
-        syntax = template.syntax
-        return CallController(
-            grammar,
-            trigger=syntax.trigger if self.mode == "none" else syntax.triggers,
-            tool_choice=self.mode,  # type: ignore[arg-type]
-            after_call=self.after_call,  # type: ignore[arg-type]
-            max_calls=1 if self.after_call == "stop" else 16,
-            stop=self.stop,
-        )
+        assert isinstance(grammar, CompiledGrammar) and self.calls is not None
+        calls = replace(self.calls, mode="answer") if answer else self.calls
+        return calls.policy(grammar, stop=self.stop)
 
 
 def _located(exc: Exception, tools: ToolSet) -> APIError:
@@ -196,8 +182,7 @@ def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:
         if fmt is not None and fmt.type != "text":
             raise APIError(f"structured_outputs.{output} and response_format cannot both constrain the answer",
                            param=f"structured_outputs.{output}")
-        return Plan("grammar", tools, None, "required", "stop", None, None, False, stop, params, max_tokens, value,
-                    output)
+        return Plan("grammar", tools, None, None, False, stop, params, max_tokens, value, output)
     if fmt is not None and fmt.type != "text":
         if tools is not None and choice != "none":
             raise APIError(
@@ -212,12 +197,10 @@ def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:
             if fmt.json_schema is None or fmt.json_schema.schema_ is None:
                 raise APIError("response_format json_schema needs json_schema.schema", param="response_format.json_schema")
             schema, strict = fmt.json_schema.schema_, bool(fmt.json_schema.strict)
-        return Plan("json", tools, None, "required", "stop", None, schema, strict, stop, params, max_tokens)
+        return Plan("json", tools, None, schema, strict, stop, params, max_tokens)
 
     if tools is None:
-        return Plan("text", None, None, "none", "stop", None, None, False, stop, params, max_tokens)
-    syntax = template.syntax
-    call_tools, mode = tools, choice
+        return Plan("text", None, None, None, False, stop, params, max_tokens)
     if isinstance(choice, NamedToolChoice):
         name = choice.function.name
         if name not in tools:
@@ -225,11 +208,9 @@ def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:
                 f"tool_choice names an unknown tool {name!r} (tools: {', '.join(tools.names)})",
                 param="tool_choice.function.name",
             )
-        call_tools, mode = ToolSet([tools[name]]), "required"
-    parallel = req.parallel_tool_calls and syntax.parallel and not isinstance(choice, NamedToolChoice)
-    call_format: Any = FORMATS[syntax.format]
-    if syntax.family == "mistral" and not parallel:
-        call_format = ParallelCalls(JsonCall(), max_calls=1, name="mistral")  # type: ignore[arg-type]
-    call_format = with_aliases(call_format, tools)  # suffixes unique among all the request's tools
-    after_call = "text" if parallel and syntax.family != "mistral" else "stop"
-    return Plan("tools", tools, call_tools, str(mode), after_call, call_format, None, False, stop, params, max_tokens)
+    asked: Any = {"function": {"name": choice.function.name}} if isinstance(choice, NamedToolChoice) else choice
+    try:
+        calls = plan_calls(tools, asked, syntax=template.syntax, parallel=req.parallel_tool_calls)
+    except ToolChoiceError as exc:
+        raise APIError(str(exc), param="tool_choice") from exc
+    return Plan("tools", tools, calls, None, False, stop, params, max_tokens)

@@ -1,76 +1,22 @@
 """Chat messages to prompt tokens through the model's own chat template, with tools and past calls.
 
-The call syntax comes from the template (`tooldec.agents.chat.detect_syntax`). A template that does not
-render `tools` (SmolLM2's) gets the Hermes tool instructions in the system message; one that does not render
-an assistant's `tool_calls` gets them written into the assistant's text in the model's own call syntax, and
-one that ignores `tool` messages gets each result as a `<tool_response>` user turn. What the template
-supports is probed once per model.
+What the template does with tools is probed once per model by the chat layer (`tooldec.chat.ChatTemplate`): a
+template that does not render `tools` (SmolLM2's) gets the Hermes tool instructions in the system message; one
+that does not render an assistant's `tool_calls` gets them written into the assistant's text in the model's own
+call syntax, and one that ignores `tool` messages gets each result as a `<tool_response>` user turn.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
-from tooldec.agents.chat import (
-    ChatSyntax,
-    chat_syntax,
-    detect_syntax,
-    hermes_system_prompt,
-    template_renders_tools,
-)
 from tooldec.backends.loader import LoadedModel
+from tooldec.chat import ChatTemplate, tool_instructions
+from tooldec.chat.template import with_instructions
 from tooldec.serve.errors import APIError
 from tooldec.serve.protocol import Message
 from tooldec.specs import ToolSet
-
-_PROBE_NAME = "zq_probe_call"
-_PROBE_RESULT = "zq_probe_result"
-
-
-def _renders(lm: LoadedModel, messages: list[dict[str, Any]], marker: str) -> bool:
-    """Whether the template renders `messages` with `marker` in the text (a template error means no)."""
-    try:
-        text = lm.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    except Exception:  # noqa: BLE001 -- a template that rejects the probe does not support it
-        return False
-    return marker in text
-
-
-@dataclass(frozen=True)
-class ChatTemplate:
-    """What one model's chat template does with tools, and the call syntax it expects."""
-
-    syntax: ChatSyntax
-    renders_tools: bool
-    renders_tool_calls: bool
-    renders_tool_role: bool
-
-    @classmethod
-    def probe(cls, lm: LoadedModel, layout: str = "compact") -> ChatTemplate:
-        """Probe the template once (a few renders); guided calls take `layout` (raises ValueError where the
-        model's syntax lacks it)."""
-        call: dict[str, Any] = {"id": "call_1", "type": "function", "function": {"name": _PROBE_NAME, "arguments": {"x": 1}}}
-        user: dict[str, Any] = {"role": "user", "content": "x"}
-        with_call: list[dict[str, Any]] = [user, {"role": "assistant", "content": "", "tool_calls": [call]}]
-        result: dict[str, Any] = {"role": "tool", "tool_call_id": "call_1", "name": _PROBE_NAME, "content": _PROBE_RESULT}
-        return cls(
-            chat_syntax(detect_syntax(lm.tokenizer), layout),
-            template_renders_tools(lm),
-            _renders(lm, with_call, _PROBE_NAME),
-            _renders(lm, [*with_call, result], _PROBE_RESULT),
-        )
-
-    def write_calls(self, calls: list[tuple[str, Any]]) -> str:
-        """Past calls as the model writes them (canonical JSON whitespace, as the grammar does)."""
-        key = "parameters" if self.syntax.family == "llama31" else "arguments"
-        objs = [{"name": name, key: args} for name, args in calls]
-        if self.syntax.family == "mistral":
-            return "[TOOL_CALLS]" + json.dumps(objs, ensure_ascii=False)
-        if self.syntax.family == "hermes":
-            return "\n".join(f"<tool_call>\n{json.dumps(o, ensure_ascii=False)}\n</tool_call>" for o in objs)
-        return "\n".join(json.dumps(o, ensure_ascii=False) for o in objs)
 
 
 def _text(message: Message, i: int) -> str | None:
@@ -157,11 +103,7 @@ def template_messages(
             else:
                 out.append({"role": "user", "content": f"<tool_response>\n{text}\n</tool_response>"})
     if tools is not None and not template.renders_tools:
-        instructions = hermes_system_prompt(tools)
-        if out and out[0]["role"] == "system":
-            out[0] = {**out[0], "content": instructions + "\n\n" + out[0]["content"]}
-        else:
-            out.insert(0, {"role": "system", "content": instructions})
+        out = with_instructions(out, tool_instructions(tools))
     return out
 
 

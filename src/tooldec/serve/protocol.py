@@ -140,6 +140,10 @@ class ChatCompletionRequest(_Model):
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     user: str | None = None
+    tooldec_answer: bool = False
+    """tooldec's own (the client's `extra_body`): after tool results, a turn that only repeats calls already
+    answered (the same tools and arguments but for numbers, `tooldec.chat.policy.repeat_key`) is decoded again
+    with no call allowed, so the model answers from the results it has."""
 
 
 def completion_id() -> str:

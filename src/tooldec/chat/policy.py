@@ -1,0 +1,310 @@
+"""One request's tools, `tool_choice` and `parallel_tool_calls` as one sequence's policy: the one builder.
+
+The agents, `tooldec serve`, the vLLM processor and the evaluation all come here:
+
+- `tool_choice` "auto": free text until one of the syntax's triggers (Hermes/Qwen: `<tool_call>`, a ```` ```json ````
+  block, a bare `{"name": "`), then a guided call; "required": the first trigger is forced; a named tool: only
+  that tool, one call; "none": the first trigger is banned (a ```` ```json ```` block stays content); "answer"
+  (tooldec's own, after tool results): every call shape is banned and the answer may not be empty, so the model
+  writes its answer in text.
+- A call may name a tool by a unique word-aligned suffix of its name (`with_aliases`, over all the tools).
+- With `parallel` (the default, as in OpenAI's API) the next call may follow in every shape the syntax allows:
+  Hermes returns to text, where any trigger opens the next call; Llama 3.1 writes one object or a JSON list,
+  and another may follow; Mistral's and Python's lists hold up to `max_calls` calls. A required call with
+  parallel calls is `CallsOnly`: after a call, only whitespace, the next call or the end. Without `parallel`, one
+  call, then the sequence stops.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from tooldec.automaton.dfa import DEAD
+from tooldec.chat.syntax import ChatSyntax
+from tooldec.compiler import CompiledGrammar, Compiler
+from tooldec.decoding.controller import (
+    CallController,
+    FreeController,
+    MaskSource,
+    Mode,
+    accept_in_turn,
+    fill_bitmasks,
+)
+from tooldec.decoding.trigger import Triggers
+from tooldec.errors import TokenRejectedError
+from tooldec.grammar.calls import CallFormat, ParallelCalls, get_format, with_aliases
+from tooldec.index import PreparedVocab, TokenIndex
+from tooldec.specs import ToolSet
+
+MODES: tuple[str, ...] = ("auto", "none", "required", "answer")
+PARALLEL_MAX_CALLS = 8
+"""Calls one answer may make with parallel calls unless the request says otherwise."""
+ANSWER_BANS: tuple[str, ...] = ("{", '"name"', "'name'", "<tool_call>", "```json", "[TOOL_CALLS]")
+"""What the answer mode bans besides the syntax's triggers: the start of a call in any shape, also one no trigger
+opens. After a tool result Qwen2.5-Coder wrote its call again as `{"name": 'get_weather'` (a single quote), and
+with `"name":` banned as `{"name" "get_weather"` (no colon): so no `{` at all, the start of every JSON call."""
+
+
+def starts_a_call(text: str) -> bool:
+    """Whether `text` starts a call in some shape (ANSWER_BANS), opened by a trigger or not."""
+    return any(ban in text for ban in ANSWER_BANS)
+
+
+def repeat_key(name: str, arguments: Any) -> str:
+    """What makes a call the same as an earlier one after its result: its tool and its arguments but for their
+    numbers (a model that calls `convert_currency(amount=46.3, ...)` with the 46.3 its first call returned repeats
+    it)."""
+
+    def masked(value: Any) -> Any:
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            return value
+        if isinstance(value, int | float):
+            return "<number>"
+        if isinstance(value, list):
+            return [masked(v) for v in value]
+        if isinstance(value, dict):
+            return {k: masked(v) for k, v in value.items()}
+        return str(value)
+
+    return json.dumps([name, masked(arguments)], sort_keys=True)
+
+
+class ToolChoiceError(ValueError):
+    """A tool_choice that is not auto, none, required or a named tool of the request."""
+
+
+def resolve_tool_choice(choice: Any, tools: ToolSet) -> tuple[str, str | None]:
+    """(mode, named tool) of an OpenAI tool_choice: a mode string, a tool's name, `{"type": "function",
+    "function": {"name": ...}}` or None ("auto"). Raises ToolChoiceError."""
+    if choice is None:
+        return "auto", None
+    if isinstance(choice, str):
+        if choice in MODES:
+            return choice, None
+        if choice in tools:
+            return "required", choice
+        raise ToolChoiceError(f"tool_choice must be auto, none, required or a named function, not {choice!r}")
+    function = getattr(choice, "function", None)
+    if isinstance(choice, Mapping):
+        function = choice.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else choice.get("name")
+    else:
+        name = getattr(function, "name", None)
+    if not isinstance(name, str):
+        raise ToolChoiceError('a named tool_choice is {"type": "function", "function": {"name": ...}}')
+    if name not in tools:
+        raise ToolChoiceError(f"tool_choice names {name!r}, which is not one of the tools ({', '.join(tools.names)})")
+    return "required", name
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What a request's calls are: all its tools (for aliases), the tools a call may use, the syntax, the mode,
+    whether several calls may follow, how many, and the call format (aliases included)."""
+
+    tools: ToolSet
+    call_tools: ToolSet
+    syntax: ChatSyntax
+    mode: str
+    parallel: bool
+    max_calls: int
+    format: CallFormat
+
+    @property
+    def after_call(self) -> Literal["stop", "text"]:
+        """What follows a finished call: text (where the next call may open) or the end (a list holds them all)."""
+        return "text" if self.parallel and not (self.syntax.listed and self.syntax.family != "llama31") else "stop"
+
+    def compile(self, compiler: Compiler) -> CompiledGrammar:
+        """The call grammar (cached by the compiler; slow the first time for a tool set)."""
+        return compiler.compile(self.call_tools, self.format)
+
+    def policy(self, grammar: CompiledGrammar, *, stop: tuple[str, ...] = ()) -> CallController | CallsOnly | FreeController:
+        """A fresh policy for one sequence over the compiled call grammar."""
+        triggers = self.syntax.triggers
+        if not triggers:  # the whole answer is calls (the python syntax)
+            if self.mode in ("none", "answer"):
+                return FreeController(grammar.prepared.vocab, None, stop=stop)
+            return CallController(grammar, after_call="stop", max_calls=1, stop=stop)
+        trigger: Sequence[str] = triggers
+        if self.mode == "none":
+            trigger = triggers[:1]
+        elif self.mode == "answer":
+            trigger = tuple(dict.fromkeys((*triggers, *ANSWER_BANS)))
+        controller = CallController(
+            grammar,
+            trigger=trigger,
+            tool_choice="none" if self.mode == "answer" else self.mode,  # type: ignore[arg-type]
+            after_call=self.after_call,
+            max_calls=self.max_calls if self.after_call == "text" else 1,
+            stop=stop,
+            text_first=self.mode == "answer",
+        )
+        if self.mode == "required" and self.after_call == "text":
+            return CallsOnly(controller, gap_index(grammar.prepared, triggers))
+        return controller
+
+
+def plan_calls(tools: ToolSet, tool_choice: Any = "auto", *, syntax: ChatSyntax, parallel: bool = True,
+               max_calls: int | None = None) -> CallPlan:
+    """The plan of a request's calls (see the module's rules); raises ToolChoiceError for a bad tool_choice."""
+    mode, named = resolve_tool_choice(tool_choice, tools)
+    call_tools = ToolSet([tools[named]]) if named is not None else tools
+    parallel = parallel and syntax.parallel and named is None
+    limit = max_calls or (PARALLEL_MAX_CALLS if parallel else 1)
+    fmt = get_format(syntax.format)
+    if isinstance(fmt, ParallelCalls):
+        fmt = replace(fmt, max_calls=limit)
+    return CallPlan(tools, call_tools, syntax, mode, parallel, limit, with_aliases(fmt, tools))
+
+
+def build_policy(compiler: Compiler, tools: ToolSet, tool_choice: Any = "auto", *, syntax: ChatSyntax,
+                 parallel: bool = True, max_calls: int | None = None,
+                 stop: tuple[str, ...] = ()) -> CallController | CallsOnly | FreeController:
+    """One sequence's policy for a request's tools (compiled by `compiler`, cached); raises ToolChoiceError."""
+    plan = plan_calls(tools, tool_choice, syntax=syntax, parallel=parallel, max_calls=max_calls)
+    return plan.policy(plan.compile(compiler), stop=stop)
+
+
+GAP_SPACE = 2
+"""Whitespace characters (newlines, spaces) a required answer may write between its calls."""
+_GAPS: weakref.WeakKeyDictionary[PreparedVocab, dict[tuple[str, ...], TokenIndex]] = weakref.WeakKeyDictionary()
+
+
+def gap_index(prepared: PreparedVocab, triggers: tuple[str, ...]) -> TokenIndex:
+    """The token index of what may follow a required call: a little whitespace, then the next call's trigger (any
+    of them) or the end. Built once per vocabulary and triggers."""
+    gaps = _GAPS.setdefault(prepared, {})
+    gap = gaps.get(triggers)
+    if gap is None:
+        from tooldec.automaton.compile import compile_dfa
+        from tooldec.grammar.ir import Repeat, alt, lit, opt, seq
+
+        space = Repeat(alt(lit("\n"), lit(" ")), 0, GAP_SPACE)
+        gap = gaps[triggers] = TokenIndex(compile_dfa(seq(space, opt(alt(*(lit(t) for t in triggers))))), prepared)
+    return gap
+
+
+class CallsOnly:
+    """The policy of an answer that must call (tool_choice required) with parallel calls: calls back to back,
+    then EOS.
+
+    Wraps a CallController that returns to text after each call. After a call only a little whitespace, the next
+    call's trigger or EOS may follow, as in vLLM's structural tag for required Hermes calls: text there would be
+    lost anyway (a Hermes parser keeps the content before the first call), and free text let SmolLM2 ramble
+    after its call until max_tokens."""
+
+    def __init__(self, controller: CallController, gap: TokenIndex) -> None:
+        """`gap` is the token index of what may stand between calls (`gap_index`)."""
+        self.controller = controller
+        self._gap = gap
+        self._state: int | None = None  # the gap's state while between or after calls, else None
+        self._history: list[int | None] = []
+        trigger = controller.trigger
+        members = trigger.members if isinstance(trigger, Triggers) else [trigger] if trigger is not None else []
+        self._specials = [t.token_id for t in members if t.token_id is not None]
+        """Triggers that are control tokens (Qwen's `<tool_call>`): no bytes the gap could spell, allowed where
+        the gap may end."""
+
+    def __getattr__(self, name: str) -> Any:
+        """The controller's attributes (tokens, events, mode, trigger, grammar, ...)."""
+        return getattr(self.controller, name)
+
+    @property
+    def done(self) -> bool:
+        """Whether the sequence is finished."""
+        return self.controller.done
+
+    def mask_source(self) -> MaskSource:
+        """The gap's state between calls, else the controller's mask."""
+        state = self._state
+        if state is not None and not self.controller.done:
+            if not self._specials or not self._may_end(state):
+                return (self._gap.core, state)
+            return self.controller.prepared.mask(("calls-gap", id(self._gap), state), lambda: self._with_specials(state))
+        return self.controller.mask_source()
+
+    def _may_end(self, state: int) -> bool:
+        """Whether the gap may end at `state` (only whitespace written since the call): EOS or a next call."""
+        return self._gap.is_accepting(state)
+
+    def _with_specials(self, state: int) -> np.ndarray:
+        """The gap's packed mask at `state` with the control-token triggers added."""
+        out = self._gap.bitmask(state)
+        for token in self._specials:
+            out[token >> 5] |= np.uint32(1 << (token & 31)).view(np.int32)
+        return out
+
+    def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
+        """Write the packed mask of the tokens allowed next into row `row` of an `int32[B, W]` array."""
+        fill_bitmasks([self], out, [row])
+
+    def forced(self) -> list[int]:
+        """The controller's forced tokens inside a call; none between calls."""
+        return [] if self._state is not None else self.controller.forced()
+
+    def accept_token(self, token_id: int) -> Any:
+        """Take a token (TokenRejectedError if the gap or the controller refuses it)."""
+        state = self._state
+        if state is not None and not self.controller.done:
+            nxt = self._gap.next_state(state, token_id)
+            if token_id in self._specials and self._may_end(state):
+                nxt = state  # the controller opens the next call
+            if nxt == DEAD:
+                tb = self.controller.vocab.token_bytes
+                raise TokenRejectedError(token_id, state, tb[token_id] if 0 <= token_id < len(tb) else None)
+            state = nxt
+        event = self.controller.accept_token(token_id)
+        self._history.append(self._state)
+        if event is not None and self.controller.mode is Mode.TEXT:
+            state = self._gap.start  # a call just ended: the gap begins
+        elif self.controller.mode is not Mode.TEXT:
+            state = None  # in the next call (or done)
+        self._state = state
+        return event
+
+    def accept_tokens(self, tokens: Sequence[int]) -> list[Any]:
+        """Take several tokens in turn; all or none (see accept_in_turn)."""
+        return accept_in_turn(self, tokens)
+
+    def validate_tokens(self, tokens: Sequence[int]) -> int:
+        """How many of `tokens`, from the first, would be accepted in turn (the policy is left as it was)."""
+        n = 0
+        for token in tokens:
+            try:
+                self.accept_token(token)
+            except TokenRejectedError:
+                break
+            n += 1
+        self.rollback(n)
+        return n
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last `n` accepted tokens."""
+        self.controller.rollback(n)
+        for _ in range(n):
+            self._state = self._history.pop()
+
+    def stop(self) -> None:
+        """End the sequence now."""
+        self.controller.stop()
+
+    def inject(self, tokens: list[int]) -> None:
+        """Tokens the caller appends in text mode (see CallController.inject)."""
+        self.controller.inject(tokens)
+
+    def is_terminated(self) -> bool:
+        """Whether the sequence is finished (only EOS may follow)."""
+        return self.controller.is_terminated()
+
+    def reset(self) -> None:
+        """Back to the start of the sequence."""
+        self.controller.reset()
+        self._state = None
+        self._history = []

@@ -1,0 +1,247 @@
+"""The chat layer: torch-free, parallel calls in every syntax (completeness and soundness against the one reader),
+the policy builder's rules, and the answer mode."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tooldec.chat import CHAT_SYNTAXES, ChatSyntax, build_policy, chat_syntax, read_calls
+from tooldec.chat.policy import ANSWER_BANS, CallsOnly
+from tooldec.chat.template import write_calls
+from tooldec.compiler import Compiler
+from tooldec.decoding import CallController, FreeController, Mode
+from tooldec.errors import TokenRejectedError
+from tooldec.grammar.calls import ParsedCall, name_aliases
+from tooldec.index import unpack
+from tooldec.specs import ToolSet, ToolSpec
+from tooldec.vocab import Vocabulary
+
+TOOLS = ToolSet([
+    ToolSpec("get_weather", "Weather of a city.", {"type": "object", "properties": {
+        "city": {"type": "string", "enum": ["Paris", "Oslo", "Lima"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]}),
+    ToolSpec("add", "Add two numbers.", {"type": "object", "properties": {
+        "a": {"type": "integer", "minimum": -99, "maximum": 99}, "b": {"type": "boolean"}}, "required": ["a"]}),
+])
+SYNTAXES = ["hermes", "hermes-lines", "llama31", "mistral", "python"]
+
+calls_st = st.lists(
+    st.one_of(
+        st.builds(lambda c, d: ("get_weather", {"city": c, "days": d}), st.sampled_from(["Paris", "Oslo", "Lima"]),
+                  st.integers(1, 7)),
+        st.builds(lambda a, b: ("add", {"a": a, **({} if b is None else {"b": b})}), st.integers(-99, 99),
+                  st.none() | st.booleans()),
+    ),
+    min_size=1, max_size=3,
+)
+
+_GRAMMARS: dict[tuple[int, str], Any] = {}
+
+
+def _syntax(name: str) -> ChatSyntax:
+    family, _, layout = name.partition("-")
+    return chat_syntax(family, layout or "compact")
+
+
+def _policy(vocab: Vocabulary, name: str, choice: str = "auto") -> Any:
+    key = (id(vocab), name)
+    if key not in _GRAMMARS:
+        _GRAMMARS[key] = Compiler(vocab)
+    return build_policy(_GRAMMARS[key], TOOLS, choice, syntax=_syntax(name))
+
+
+def _written(name: str, calls: list[tuple[str, dict[str, Any]]], shapes: list[int]) -> str:
+    """The calls as a model of this syntax writes them in one turn (Hermes in a mix of its shapes)."""
+    if name.startswith("hermes"):
+        indent = 2 if name == "hermes-lines" else None
+        parts = []
+        for (tool, args), shape in zip(calls, shapes, strict=False):
+            obj = json.dumps({"name": tool, "arguments": args}, indent=indent)
+            bare = json.dumps({"name": tool, "arguments": args})  # a bare call opens with its own compact start
+            parts.append([f"<tool_call>\n{obj}\n</tool_call>", f"```json\n{obj}\n```", bare][shape % 3])
+        return "Let me see.\n" + "\n".join(parts)
+    if name == "python":
+        return write_calls(_syntax(name), calls)
+    text = write_calls(_syntax(name), calls)
+    if name == "llama31" and len(calls) > 1 and shapes[0] % 2:  # a JSON list rather than objects in turn
+        text = json.dumps([{"name": t, "parameters": a} for t, a in calls])
+    return text
+
+
+def _encode(vocab: Vocabulary, text: str) -> list[int]:
+    """Token ids of `text` as a tokenizer gives them: a special token's name is that token (`<tool_call>`)."""
+    out: list[int] = []
+    for i, part in enumerate(text.split("<tool_call>")):
+        out += ([vocab.special_ids["<tool_call>"]] if i else []) + (vocab.encode(part) if part else [])
+    return out
+
+
+def _pairs(calls: list[ParsedCall]) -> list[tuple[str, dict[str, Any]]]:
+    return [(c.name, c.arguments) for c in calls]
+
+
+def test_importing_the_chat_layer_imports_no_torch() -> None:
+    code = ("import sys, tooldec.chat, tooldec.chat.reader, tooldec.chat.policy, tooldec.chat.template; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name", SYNTAXES)
+@settings(max_examples=25)
+@given(calls=calls_st, shapes=st.lists(st.integers(0, 5), min_size=3, max_size=3))
+def test_one_to_three_calls_are_accepted_in_every_syntax(
+    bytelevel_vocab: Vocabulary, name: str, calls: list[tuple[str, dict[str, Any]]], shapes: list[int]
+) -> None:
+    """Completeness: every sequence of 1-3 calls, written as the syntax writes parallel calls, goes through the
+    guide token by token, and the guide and the one reader read the same calls."""
+    policy = _policy(bytelevel_vocab, name)
+    text = _written(name, calls, shapes)
+    events = policy.accept_tokens([*_encode(bytelevel_vocab, text), min(bytelevel_vocab.eos_ids)])
+    assert _pairs([c for e in events for c in e.calls]) == calls, text
+    assert not any(e.error for e in events) and policy.done
+    reading = read_calls(text, _syntax(name))
+    assert _pairs(reading.calls) == calls and not reading.errors
+
+
+def _spelled(vocab: Vocabulary, tokens: list[int]) -> str:
+    names = {i: n.encode() for n, i in vocab.special_ids.items()}
+    return b"".join(vocab.token_bytes[t] or names.get(t, b"") for t in tokens if t not in vocab.eos_ids).decode()
+
+
+def _allowed(policy: Any, vocab: Vocabulary) -> np.ndarray:
+    out = np.zeros((1, (vocab.size + 31) // 32), dtype=np.int32)
+    policy.fill_bitmask(out, 0)
+    return np.flatnonzero(unpack(out[0], vocab.size))
+
+
+@pytest.mark.parametrize("name", SYNTAXES)
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_guided_walks_parse_with_the_one_reader(bytelevel_vocab: Vocabulary, name: str, choice: str) -> None:
+    """Soundness: random walks under the policy (text, triggers and guided tokens drawn at random) end in a text
+    whose calls the reader finds exactly as the guide reported them."""
+    vocab = bytelevel_vocab
+    rng = random.Random(f"{name}-{choice}")
+    syntax = _syntax(name)
+    words = [vocab.encode(w) for w in (" ok", "\n", " so")]
+    openings = [_encode(vocab, t) for t in syntax.triggers]
+    eos = min(vocab.eos_ids)
+    walks = 0
+    for _ in range(40):
+        policy = _policy(vocab, name, choice)
+        tokens: list[int] = []
+        for _step in range(400):
+            if policy.done:
+                break
+            between = isinstance(policy, CallsOnly) and policy.mode is Mode.TEXT
+            if between or getattr(policy, "mode", Mode.TOOL) is Mode.TEXT:
+                pick = rng.random()
+                if pick < 0.4:
+                    run = rng.choice(openings)
+                elif pick < 0.6:
+                    run = [eos]
+                else:
+                    run = rng.choice(words)
+                try:
+                    policy.accept_tokens(run)
+                except TokenRejectedError:
+                    policy.accept_token(eos)
+                    tokens.append(eos)
+                    break
+                tokens += run
+                continue
+            token = int(rng.choice(list(_allowed(policy, vocab))))
+            policy.accept_token(token)
+            tokens.append(token)
+        if not policy.done:
+            continue
+        walks += 1
+        text = _spelled(vocab, tokens)
+        guided = [c for e in policy.events for c in e.calls]
+        assert not any(e.error for e in policy.events)
+        reading = read_calls(text, syntax, names=name_aliases(TOOLS.names))
+        assert _pairs(reading.calls) == _pairs(guided), text
+        assert not reading.errors, text
+    assert walks >= 20
+
+
+def test_after_a_call_every_next_call_shape_stays_open(bytelevel_vocab: Vocabulary) -> None:
+    """Guidance never removes the start of a next call the syntax allows: after a Hermes call, each of its
+    triggers (after a line break too); after a Llama 3.1 object, another object or a list."""
+    vocab = bytelevel_vocab
+    call = '<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>'
+    for choice in ("auto", "required"):
+        for nxt in ("\n<tool_call>", "<tool_call>", "\n```json", '\n{"name": "', '{"name": "'):
+            policy = _policy(vocab, "hermes", choice)
+            policy.accept_tokens(_encode(vocab, call))
+            assert policy.validate_tokens(_encode(vocab, nxt)) == len(_encode(vocab, nxt)), (choice, nxt)
+    for nxt in ('\n{"name": "', '\n[{"name": "'):
+        policy = _policy(vocab, "llama31")
+        policy.accept_tokens(vocab.encode('{"name": "add", "parameters": {"a": 1}}'))
+        assert policy.validate_tokens(vocab.encode(nxt)) == len(vocab.encode(nxt)), nxt
+    mistral = _policy(vocab, "mistral", "required")
+    mistral.accept_tokens(vocab.encode('[TOOL_CALLS][{"name": "add", "arguments": {"a": 1}}'))
+    assert mistral.validate_tokens(vocab.encode(', {"name": "')) == len(vocab.encode(', {"name": "'))
+
+
+def test_without_parallel_calls_one_call_ends_the_answer(bytelevel_vocab: Vocabulary) -> None:
+    compiler = Compiler(bytelevel_vocab)
+    for name in SYNTAXES:
+        policy = build_policy(compiler, TOOLS, "required", syntax=_syntax(name), parallel=False)
+        text = _written(name, [("add", {"a": 1})], [0, 0, 0])
+        if name.startswith("hermes"):
+            text = text.removeprefix("Let me see.\n")
+        [event] = policy.accept_tokens([*_encode(bytelevel_vocab, text), min(bytelevel_vocab.eos_ids)])
+        assert _pairs(event.calls) == [("add", {"a": 1})] and policy.done, name
+
+
+def test_a_named_tool_choice_is_one_call_of_that_tool(bytelevel_vocab: Vocabulary) -> None:
+    policy = build_policy(Compiler(bytelevel_vocab), TOOLS, {"type": "function", "function": {"name": "add"}},
+                          syntax=chat_syntax("hermes"))
+    assert isinstance(policy, CallController) and policy.grammar.tools is not None
+    assert policy.grammar.tools.names == ("add",) and policy.max_calls == 1 and policy.after_call == "stop"
+
+
+def test_the_answer_mode_bans_every_call_shape(bytelevel_vocab: Vocabulary) -> None:
+    """After tool results, the answer mode lets the model write text but no call in any shape, also one no
+    trigger opens (`{"name": 'get_weather'`)."""
+    vocab = bytelevel_vocab
+    policy = _policy(vocab, "hermes", "answer")
+    assert isinstance(policy, CallController) and policy.tool_choice == "none"
+    assert policy.validate_tokens(vocab.encode("It is sunny in Paris.")) == len(vocab.encode("It is sunny in Paris."))
+    for text in ("<tool_call>", "```json", '{"name": "add"', "{'name': 'add'", *ANSWER_BANS):
+        tokens = _encode(vocab, "Sure: " + text)
+        assert policy.validate_tokens(tokens) < len(tokens), text
+    eos = min(vocab.eos_ids)
+    assert policy.validate_tokens([eos]) == 0 and policy.validate_tokens([*vocab.encode(" \n"), eos]) == 2
+    policy.accept_tokens(vocab.encode(" It"))
+    assert policy.validate_tokens([eos]) == 1, "the answer may end once it holds text"
+    policy.rollback(len(vocab.encode(" It")))
+    assert policy.validate_tokens([eos]) == 0
+    python = _policy(vocab, "python", "answer")
+    assert isinstance(python, FreeController)
+
+
+def test_the_reader_reads_every_shape() -> None:
+    hermes = CHAT_SYNTAXES["hermes"]
+    text = ('Sure. <tool_call>\n{"name": "a", "arguments": {"x": "</tool_call>"}}\n</tool_call>\n'
+            '{"name": "b", "parameters": {}}, [{"name": "c", "arguments": {}}, {"name": "d", "arguments": "{}"}]\n'
+            '```json\n{\n  "name": "e",\n  "arguments": {}\n}\n```\n[TOOL_CALLS][{"name": "f", "arguments": {}}]')
+    reading = read_calls(text, hermes, names={"e": "echo"})
+    assert [c.name for c in reading.calls] == ["a", "b", "c", "d", "echo", "f"] and not reading.errors
+    assert reading.content == "Sure." and reading.calls[0].arguments == {"x": "</tool_call>"}
+    cut = read_calls('Hi <tool_call>\n{"name": "a", "arguments": {"x": "y', hermes)
+    assert not cut.calls and not cut.errors and cut.content == "Hi"
+    prose = read_calls('A set {1, 2} and {"a": 1} and {"name"} end', hermes)
+    assert not prose.calls and prose.content.startswith("A set")
+    python = read_calls('[f(a=1), g(b="x")]', CHAT_SYNTAXES["python"])
+    assert _pairs(python.calls) == [("f", {"a": 1}), ("g", {"b": "x"})]
