@@ -16,7 +16,7 @@ language of the rules, with no depth limit.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -133,6 +133,7 @@ class _Rule:
         self._single: dict[tuple[int, int], int] = {}
         self._byte_row = np.asarray(dfa.trans)[:, np.asarray(dfa.classes)]  # int32[states, 256]
         self._refinements: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._word_ends_cache: np.ndarray | None = None
         self._build()
 
     def _node(self, state: int, after_word: bool, queue: deque[tuple[int, bool]]) -> int:
@@ -196,14 +197,14 @@ class _Rule:
         their closing quote lands in."""
         got = self._strings.get(inside)
         if got is None:
-            got = self._strings[inside] = self._cut(inside, _string_step, "string")
+            got = self._strings[inside] = self._cut(inside, "string")
         return got
 
     def _word_tokens(self, state: int) -> list[tuple[int, int]]:
         """Terminals of the numbers and literals read from boundary `state`, by the state each ends in."""
         got = self._words.get(state)
         if got is None:
-            got = self._words[state] = self._cut(state, _word_step, "word")
+            got = self._words[state] = self._cut(state, "word")
         return got
 
     def _refined(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
@@ -218,76 +219,70 @@ class _Rule:
             got = self._refinements[kind] = (inverse.reshape(-1).astype(np.uint8), reps)
         return got
 
-    def _cut(self, origin: int, step: Callable[[int, int], tuple[bool, int] | None], kind: str) -> list[tuple[int, int]]:
+    def _cut(self, origin: int, kind: str) -> list[tuple[int, int]]:
         """Explore one token's walk from `origin` (a virtual start: for a string the state after its quote, for a
-        word the boundary state) over the kind's byte classes, and make one terminal per landing state.
-
-        `step(mode, byte)` gives (whether the token ends, next mode), or None where the byte is not the token's."""
+        word the boundary state) over the kind's byte classes, a layer of product states (DFA state, mode) at a
+        time, and make one terminal per landing state."""
         classes, reps = self._refined(kind)
-        rep_list = reps.tolist()
+        table = self._modes(kind)
         columns = np.asarray(self.dfa.classes)[reps]
         trans = np.asarray(self.dfa.trans)
-        # product states (dfa state, mode); index 0 is the virtual start
-        states: list[tuple[int, int]] = [(origin, _IN)]
-        ids: dict[tuple[int, int], int] = {}
-        edges: list[list[tuple[int, int]]] = [[]]  # per product state: (class, next product state or -landing-1)
+        ids: dict[int, int] = {}  # product key (state * 8 + mode) -> id; id 0, the virtual start, has no key
+        state_of = [origin]
+        mode_of = [_IN]
+        src: list[np.ndarray] = []
+        cls: list[np.ndarray] = []
+        dst: list[np.ndarray] = []
         ends: dict[int, list[tuple[int, int]]] = {}  # landing -> (product state, class; -1: may stop there)
-        i = 0
-        while i < len(states):
-            dstate, mode = states[i]
-            out = edges[i]
-            targets = trans[dstate][columns].tolist()
-            for c, target in enumerate(targets):
-                if not target:
-                    continue
-                verdict = step(mode, rep_list[c])
-                if verdict is None:
-                    continue
-                closes, new_mode = verdict
-                if closes:
-                    ends.setdefault(target, []).append((i, c))
-                    continue
-                key = (target, new_mode)
-                j = ids.get(key)
-                if j is None:
-                    j = ids[key] = len(states)
-                    states.append(key)
-                    edges.append([])
-                out.append((c, j))
-            if kind == "word" and i and self._word_ends(dstate):
-                ends.setdefault(dstate, []).append((i, -1))  # may end here (the next byte is not a word byte)
-            i += 1
-        reverse: list[list[int]] = [[] for _ in edges]
-        for s, out in enumerate(edges):
-            for _, t in out:
-                reverse[t].append(s)
+        frontier = np.array([0])
+        ends_here = self._word_end_states() if kind == "word" else None
+        while frontier.size:
+            states = np.array(state_of)[frontier]
+            targets = trans[states][:, columns]
+            modes = table[np.array(mode_of)[frontier]]
+            live = targets != 0
+            for f, c in zip(*np.nonzero(live & (modes == _CLOSES))):
+                ends.setdefault(int(targets[f, c]), []).append((int(frontier[f]), int(c)))
+            f_go, c_go = np.nonzero(live & (modes >= 0))
+            keys = targets[f_go, c_go].astype(np.int64) * 8 + modes[f_go, c_go]
+            unique, inverse = np.unique(keys, return_inverse=True)
+            first_new = len(state_of)
+            unique_ids = np.empty(len(unique), dtype=np.int64)
+            for u, key in enumerate(unique.tolist()):
+                got = ids.get(key)
+                if got is None:
+                    got = ids[key] = len(state_of)
+                    state_of.append(key >> 3)
+                    mode_of.append(key & 7)
+                unique_ids[u] = got
+            src.append(frontier[f_go])
+            cls.append(c_go)
+            dst.append(unique_ids[inverse.reshape(-1)])
+            if ends_here is not None:
+                for f in np.flatnonzero(ends_here[states]).tolist():
+                    if frontier[f]:  # after at least one byte
+                        ends.setdefault(int(states[f]), []).append((int(frontier[f]), -1))
+            frontier = np.arange(first_new, len(state_of))
+        walk = _Walk(len(state_of), np.concatenate(src), np.concatenate(cls), np.concatenate(dst))
         return [
-            (self.terminals.add(_token_automaton(edges, reverse, stops, classes, len(reps), kind),
-                                f"{kind}@{self.index}"), land)
+            (self.terminals.add(walk.automaton(stops, classes, len(reps), kind), f"{kind}@{self.index}"), land)
             for land, stops in ends.items()
         ]
 
-    def _word_ends(self, state: int) -> bool:
-        """Whether a word may end in `state`: the rule ends there, or a byte other than a word byte goes on."""
-        if self.dfa.accepting[state]:
-            return True
-        live = np.flatnonzero(self._byte_row[state])
-        return any(b not in WORD for b in live.tolist())
+    def _modes(self, kind: str) -> np.ndarray:
+        """Per (mode, class of `_refined(kind)`): the mode after a byte of the class, _CLOSES where it closes the
+        token, -1 where the byte is not the token's."""
+        _, reps = self._refined(kind)
+        base = _STRING_MODES if kind == "string" else _WORD_MODES
+        return base[:, reps]
 
-
-def _string_step(mode: int, b: int) -> tuple[bool, int] | None:
-    if mode == _IN:
-        if b == QUOTE:
-            return (True, 0)
-        return (False, _ESCAPE if b == BACKSLASH else _IN)
-    if mode == _ESCAPE:
-        return (False, 2 if b == 0x75 else _IN)
-    return (False, mode + 1 if mode < 5 else _IN)
-
-
-def _word_step(mode: int, b: int) -> tuple[bool, int] | None:
-    return (False, _IN) if b in WORD else None
-
+    def _word_end_states(self) -> np.ndarray:
+        """Per DFA state, whether a word may end there: the rule ends there, or a byte other than a word byte goes
+        on (the next byte then ends the word)."""
+        if self._word_ends_cache is None:
+            non_word = np.array([b for b in range(256) if b not in WORD])
+            self._word_ends_cache = np.asarray(self.dfa.accepting, dtype=bool) | (self._byte_row[:, non_word] != 0).any(axis=1)
+        return self._word_ends_cache
 
 def _categories(groups: list[frozenset[int] | set[int]]) -> np.ndarray:
     out = np.zeros(256, dtype=np.int64)
@@ -298,52 +293,79 @@ def _categories(groups: list[frozenset[int] | set[int]]) -> np.ndarray:
 
 _STRING_CATEGORY = _categories([{QUOTE}, {BACKSLASH}, {0x75}, set(HEX)])
 _WORD_CATEGORY = _categories([set(WORD)])
+_CLOSES = -2
 
 
-def _token_automaton(
-    edges: list[list[tuple[int, int]]],
-    reverse: list[list[int]],
-    stops: list[tuple[int, int]],
-    classes: np.ndarray,
-    n_classes: int,
-    kind: str,
-) -> Automaton:
-    """The automaton of the walks from product state 0 that end in one landing (`stops`: (state, class) pairs
-    whose class closes the token there; class -1: the token may stop in that state). Its cost is the states
-    that lead to the landing (found backwards through `reverse`), not the whole walk."""
-    live: set[int] = {s for s, _ in stops}
-    stack = list(live)
-    while stack:
-        for p in reverse[stack.pop()]:
-            if p not in live:
-                live.add(p)
-                stack.append(p)
-    lead = 1 if kind == "string" else 0  # a string's lexeme starts at its opening quote: one state before
-    number = {0: 1 + lead}
-    order = [0]
-    for s in order:
-        for _, t in edges[s]:
-            if t in live and t not in number:
-                number[t] = len(order) + 1 + lead
-                order.append(t)
-    size = len(order) + 2 + lead  # dead, [the quote], states, the accepting sink
-    sink = size - 1
-    trans = np.zeros((size, n_classes), dtype=np.int32)
-    accepting = np.zeros(size, dtype=bool)
-    for s, c in stops:
-        if c < 0:
-            accepting[number[s]] = True
-        else:
-            trans[number[s], c] = sink
-            accepting[sink] = True
-    for s in order:
-        me = number[s]
-        for c, t in edges[s]:
-            if t in live:
-                trans[me, c] = number[t]
-    if lead:
-        trans[1, classes[QUOTE]] = 2
-    return trans, classes, accepting, 1
+def _string_modes() -> np.ndarray:
+    """Per (string mode, byte): the next mode (in, after a backslash, the four digits of a \\u escape), or
+    _CLOSES for the quote that ends the string."""
+    out = np.zeros((6, 256), dtype=np.int64)
+    out[_IN, QUOTE] = _CLOSES
+    out[_IN, BACKSLASH] = _ESCAPE
+    out[_ESCAPE, 0x75] = 2
+    for digit in (2, 3, 4):
+        out[digit, :] = digit + 1
+    return out
+
+
+_STRING_MODES = _string_modes()
+_WORD_MODES = np.full((6, 256), -1, dtype=np.int64)
+_WORD_MODES[_IN, sorted(WORD)] = _IN
+
+
+class _Walk:
+    """One token kind's walk from a boundary state, as edge arrays (product state, class, next product state);
+    product states are numbered breadth first from the virtual start 0, as the exploration met them."""
+
+    def __init__(self, size: int, src: np.ndarray, cls: np.ndarray, dst: np.ndarray) -> None:
+        self.size = size
+        self.src, self.cls, self.dst = src, cls, dst
+        backward = np.argsort(dst, kind="stable")
+        self.r_ptr = np.searchsorted(dst[backward], np.arange(size + 1))
+        self.r_src = src[backward]
+        self._r_ptr: list[int] | None = None
+        self._r_src: list[int] = []
+
+    def _leading_to(self, states: list[int]) -> np.ndarray:
+        """Which product states lead to any of `states` (a search backwards; its cost is the states found)."""
+        if self._r_ptr is None:
+            self._r_ptr, self._r_src = self.r_ptr.tolist(), self.r_src.tolist()
+        ptr, before = self._r_ptr, self._r_src
+        seen = set(states)
+        stack = list(seen)
+        while stack:
+            t = stack.pop()
+            for p in before[ptr[t]:ptr[t + 1]]:
+                if p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        live = np.zeros(self.size, dtype=bool)
+        live[list(seen)] = True
+        return live
+
+    def automaton(self, stops: list[tuple[int, int]], classes: np.ndarray, n_classes: int, kind: str) -> Automaton:
+        """The automaton of the walks from product state 0 that end in one landing (`stops`: (state, class) pairs
+        whose class closes the token there; class -1: the token may stop in that state): the states that lead to
+        the landing, in the walk's breadth-first order (so equal walks give equal arrays)."""
+        live = self._leading_to([st for st, _ in stops])
+        lead = 1 if kind == "string" else 0  # a string's lexeme starts at its opening quote: one state before
+        number = np.cumsum(live).astype(np.int32) + lead  # live state i -> its row (start 0 -> 1 + lead)
+        number[~live] = 0
+        size = int(live.sum()) + 2 + lead  # dead, [the quote], states, the accepting sink
+        sink = size - 1
+        trans = np.zeros((size, n_classes), dtype=np.int32)
+        accepting = np.zeros(size, dtype=bool)
+        keep = live[self.src] & live[self.dst]
+        trans[number[self.src[keep]], self.cls[keep]] = number[self.dst[keep]]
+        for st, c in stops:
+            if c < 0:
+                accepting[number[st]] = True
+            else:
+                trans[number[st], c] = sink
+                accepting[sink] = True
+        if lead:
+            trans[1, classes[QUOTE]] = 2
+        return trans, classes, accepting, 1
 
 
 def value_grammar(start: Node, rules: Sequence[Node], threads: int = 1) -> ContextFreeGrammar:
