@@ -27,6 +27,8 @@ class LlamaContext:
     ) -> None:
         """Load `path` and make a context of `n_ctx` cells shared by `sequences` sequences; raises
         ModelLoadError if llama.cpp refuses the file or the settings (with its own message)."""
+        self.model: int | None = None
+        self.ctx: int | None = None
         self.api = api = LlamaApi.load()
         self.path = path
         model_params = api.llama_model_default_params()
@@ -40,7 +42,7 @@ class LlamaContext:
         params.kv_unified = True  # sequences copied from one prefix share its cells
         self.ctx = api.llama_init_from_model(self.model, params)
         if not self.ctx:
-            api.llama_model_free(self.model)
+            self.close()
             raise ModelLoadError(f"llama.cpp cannot make a context for {path}: {api.last_errors()}")
         self.settings = (n_ctx, sequences, n_batch, params.type_k, params.type_v, params.flash_attn_type)
         """What shapes a sequence's stored state (for the prefix store's key)."""
@@ -69,7 +71,7 @@ class LlamaContext:
 
     def __del__(self) -> None:
         """Free llama.cpp's memory with the object."""
-        if getattr(self, "api", None) is not None:
+        if getattr(self, "api", None) is not None and hasattr(self, "ctx"):
             self.close()
 
     def set_threads(self, threads: int) -> None:

@@ -54,6 +54,8 @@ class LlamaCppModel:
     def __init__(self, context: LlamaContext) -> None:
         """Decode with `context` (its sequences bound how many rows one call may hold)."""
         self.context = context
+        self.config = SimpleNamespace(max_position_embeddings=context.n_ctx)
+        """What the server reads of a model's configuration: the longest sequence (all KV cells)."""
         self._device_probe = torch.zeros(1)
         self._session: _Session | None = None
 
@@ -251,10 +253,11 @@ def load_llamacpp(
     n_ctx: int = 4096,
     sequences: int = 1,
     progress: bool = False,
+    tokenizer: Any = None,
 ) -> LoadedModel:
-    """Load a GGUF file (or an embedded model's) into llama.cpp, with its tokenizer and a checked vocabulary.
-    `sequences` rows decode together (the server's batch); they share `n_ctx` KV cells, a prefix they start
-    with counted once."""
+    """Load a GGUF file (or an embedded model's) into llama.cpp, with its tokenizer (`tokenizer`, or read from
+    the file) and a vocabulary checked against the file's. `sequences` rows decode together (the server's
+    batch); they share `n_ctx` KV cells, a prefix they start with counted once."""
     try:
         import transformers  # noqa: F401 - the tokenizer's; checked here to name the extra to install
     except ImportError as exc:
@@ -275,7 +278,7 @@ def load_llamacpp(
             context = LlamaContext(path, n_ctx=n_ctx, sequences=sequences, threads=cores)
         except LlamaApiError as exc:
             raise ModelLoadError(str(exc)) from exc
-        tokenizer = gguf_tokenizer(path)
+        tokenizer = tokenizer if tokenizer is not None else gguf_tokenizer(path)
         vocab = gguf_vocabulary(context.token_pieces(), tokenizer)
     name = spec if spec in EMBEDDED_MODELS else path.name
     return LoadedModel(
