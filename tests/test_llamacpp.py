@@ -310,3 +310,43 @@ def test_llama_states_stay_within_the_bound(lm: LoadedModel, tmp_path: Path) -> 
     assert bounded.get(kind, heads[1])[1] is False
     assert [bounded.path(bounded.key(kind, h)).exists() for h in heads] == [False, True]
     assert sum(p.stat().st_size for p in tmp_path.iterdir()) <= bounded.max_bytes
+
+
+def test_the_server_on_llama_cpp_returns_only_valid_calls(tiny, bytelevel_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    """`tooldec serve --backend llamacpp`'s path: concurrent requests share one context (LlamaBatch), every
+    returned call is valid, sampled or greedy, whole or streamed."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    import jsonschema
+
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from tooldec.serve import ServeConfig, create_app
+
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=bytelevel_tokenizer, eos_token="</s>")
+    tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
+    served = load_llamacpp(tiny[1], threads=1, n_ctx=8192, sequences=4 + 2, tokenizer=tokenizer)
+    weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+                                                "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+               "required": ["city"]}  # fmt: skip
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": weather}}]
+    app = create_app(served, ServeConfig(model_name="tiny", max_batch=4, prefix_cache=2, default_max_tokens=120))
+
+    def ask(seed: int) -> dict[str, Any]:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "Weather in Oslo?"}], "tools": tools,
+                "tool_choice": "required", "temperature": 1.0, "seed": seed}  # fmt: skip
+        response = http.post("/v1/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+        message: dict[str, Any] = response.json()["choices"][0]["message"]
+        return message
+
+    with TestClient(app) as http, ThreadPoolExecutor(6) as pool:
+        messages = list(pool.map(ask, range(12)))
+        assert isinstance(app.state.engine.batch, LlamaBatch) and app.state.engine.steps > 0
+    for message in messages:
+        assert message["tool_calls"], message
+        for call in message["tool_calls"]:
+            assert call["function"]["name"] == "get_weather"
+            jsonschema.validate(json.loads(call["function"]["arguments"]), weather)
