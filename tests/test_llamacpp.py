@@ -350,3 +350,17 @@ def test_the_server_on_llama_cpp_returns_only_valid_calls(tiny, bytelevel_tokeni
         for call in message["tool_calls"]:
             assert call["function"]["name"] == "get_weather"
             jsonschema.validate(json.loads(call["function"]["arguments"]), weather)
+
+
+def test_a_cache_the_model_did_not_return_is_refused(lm: LoadedModel) -> None:
+    """The KV cells live in llama.cpp: continuing from any other cache (a stale session, the tensors of
+    ContinuousBatch) would silently decode from the wrong state."""
+    from tooldec.decoding.kv_cache import GrowingCache
+
+    first = lm.model(input_ids=torch.tensor([[5, 6]]), past_key_values=GrowingCache()).past_key_values
+    lm.model(input_ids=torch.tensor([[7]]), past_key_values=first)  # its own session goes on
+    lm.model(input_ids=torch.tensor([[5, 6]]), past_key_values=None)  # a new one starts
+    with pytest.raises(ValueError, match="keeps its KV cache itself"):
+        lm.model(input_ids=torch.tensor([[7]]), past_key_values=first)
+    with pytest.raises(ValueError, match="keeps its KV cache itself"):
+        lm.model(input_ids=torch.tensor([[7]]), past_key_values=GrowingCache([(torch.zeros(1, 2, 3, 4),) * 2]))

@@ -80,7 +80,12 @@ class LlamaCppModel:
                 f"{n} rows, but this llama.cpp context holds {self.context.sequences} sequences "
                 "(load_llamacpp(..., sequences=N))"
             )
-        session = past_key_values if past_key_values is self._session else None
+        session = self._session if past_key_values is self._session else None
+        if session is None and not _empty(past_key_values):
+            raise ValueError(
+                "a llama.cpp model keeps its KV cache itself: start with no cache or an empty one, then pass the "
+                "one it returned (rows that join and leave: model.continuous_batch)"
+            )
         if session is None or len(session.lengths) != n:
             self.context.clear()
             session = self._session = _Session([0] * n)
@@ -126,6 +131,15 @@ class LlamaCppModel:
             self.context.copy(0, r, length)
         self._session = _Session([length] * rows)
         return self._session
+
+
+def _empty(cache: Any) -> bool:
+    """Whether `cache` holds nothing a llama.cpp context could continue from (None, or an empty Hugging Face
+    cache such as the Decoder's fresh GrowingCache); a session of this backend never is."""
+    if cache is None:
+        return True
+    length = getattr(cache, "get_seq_length", None)
+    return not isinstance(cache, _Session) and callable(length) and length() == 0
 
 
 @dataclass(frozen=True)
