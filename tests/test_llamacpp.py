@@ -364,3 +364,16 @@ def test_a_cache_the_model_did_not_return_is_refused(lm: LoadedModel) -> None:
         lm.model(input_ids=torch.tensor([[7]]), past_key_values=first)
     with pytest.raises(ValueError, match="keeps its KV cache itself"):
         lm.model(input_ids=torch.tensor([[7]]), past_key_values=GrowingCache([(torch.zeros(1, 2, 3, 4),) * 2]))
+
+
+def test_prompt_prefix_build_takes_the_llama_route(lm: LoadedModel) -> None:
+    """The evaluation's runners build their prefix with PromptPrefix.build: on llama.cpp, a sequence state."""
+    from tooldec.decoding.prefix import PromptPrefix
+
+    head = lm.vocab.encode(HEAD)
+    prefix = PromptPrefix.build(lm.model, head)
+    assert isinstance(prefix, LlamaPrefix) and prefix.tokens == tuple(head)
+    prompts = [lm.vocab.encode(_render(q)) for q in ("weather in Oslo?", "2 plus 2?")]
+    assert prefix.shared(prompts) > 0
+    assert _greedy(lm, prompts, prefix) == _greedy(lm, prompts, None)
+    assert _greedy(lm, prompts, prefix.head(10)) == _greedy(lm, prompts, None)

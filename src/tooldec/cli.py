@@ -345,6 +345,7 @@ def eval_command(
     call_format: str = typer.Option(
         "hermes", "--format", help="BFCL: ToolDec's call format, hermes (compact) or hermes-lines (pretty JSON too)."
     ),
+    backend: str = typer.Option("transformers", "--backend", help="transformers | llamacpp | auto."),
 ) -> None:
     """Evaluate a model on a benchmark with ToolDec, free or fuzzy decoding; write results, table and plots."""
     from tooldec.eval.run import run_eval
@@ -352,8 +353,8 @@ def eval_command(
     try:
         run_eval(benchmark, model=model, decoding=decoding, limit=limit, tools=tools, out=out, shared=shared,
                  resume=resume, compressed=compressed, threads=threads, batch_size=batch_size, replay=replay,
-                 tool_choice=tool_choice, call_format=call_format, console=err)
-    except (ToolDecError, OSError) as exc:
+                 tool_choice=tool_choice, call_format=call_format, console=err, backend=backend)
+    except (ToolDecError, OSError, ValueError) as exc:
         _fail(str(exc))
 
 

@@ -110,6 +110,10 @@ class LlamaCppModel:
     forward = __call__
     """The same call: the Decoder reads the forward's signature to name its cache keyword (past_key_values)."""
 
+    def build_prefix(self, tokens: Sequence[int]) -> LlamaPrefix:
+        """The prefix of `tokens` (PromptPrefix.build's route for this backend): their sequence state."""
+        return LlamaPrefixes(self).build(tokens)
+
     def prefix_kind(self) -> LlamaPrefixes:
         """How this model's prompt prefixes are stored (tooldec.backends.prefix_store)."""
         return LlamaPrefixes(self)
@@ -149,6 +153,10 @@ class LlamaPrefix(PromptPrefix):
 
     state: bytes = b""
     model: LlamaCppModel | None = None
+
+    def head(self, length: int) -> LlamaPrefix:
+        """The first `length` positions (the same state: `cache` keeps only the positions asked for)."""
+        return LlamaPrefix(self.tokens[:length], (), self.state, self.model)
 
     def cache(self, batch: int, length: int) -> Any:
         """The model's session holding the first `length` prefix positions in each of `batch` rows."""
