@@ -71,9 +71,10 @@ class LlamaCppModel:
         past_key_values: Any = None,
         **_: Any,
     ) -> SimpleNamespace:
-        """Evaluate each row's new tokens (padding left out) after what its sequence holds; a cache object that
-        is not this model's current session starts new sequences. The logits are llama.cpp's buffer itself
-        when every row added tokens (a copy otherwise: rows that added none get zeros, never sampled)."""
+        """Evaluate each row's new tokens (padding left out) after what its sequence holds. No cache or an empty
+        one starts new sequences; the session this model returned goes on; any other cache raises ValueError.
+        The logits are llama.cpp's buffer itself when every row added tokens (a copy otherwise: rows that added
+        none, finished ones, get zeros, never sampled)."""
         n, width = input_ids.shape
         if n > self.context.sequences:
             raise ModelLoadError(
