@@ -138,15 +138,20 @@ def test_the_logits_are_llama_cpps_buffer(lm: LoadedModel) -> None:
     assert np.isfinite(buffer[:, 5]).all() and np.isneginf(np.delete(buffer, 5, axis=1)).all()
 
 
-def test_continuous_batch_rows_write_what_they_write_alone(lm: LoadedModel) -> None:
+def test_continuous_batch_rows_write_what_they_write_alone(lm: LoadedModel, tiny) -> None:  # type: ignore[no-untyped-def]
     grammar = lm.compiler.compile(TOOLS, "hermes")
-    decoder = Decoder(lm.model, lm.vocab)
+    served = load_llamacpp(tiny[1], threads=1, n_ctx=8192, sequences=5 + 2, tokenizer=lm.tokenizer)
+    decoder = Decoder(served.model, lm.vocab)
     enc = lm.vocab.encode
     head = enc("You may call tools. Here are some examples of calls and answers, always the same.")
     greedy = SamplingParams()
     schedule = {
-        0: [(enc("a"), greedy, 300), (head + enc(" b c"), SamplingParams(temperature=1.0, seed=3), 300)],
-        2: [(head + enc(" a longer question with more tokens"), greedy, 300)],  # reuses the kept head
+        0: [
+            (enc("a"), greedy, 300),
+            (head + enc(" b c"), SamplingParams(temperature=1.0, seed=3), 300),
+            (head + enc(" d e f"), greedy, 300),  # joins with the one above: their head runs once
+        ],
+        2: [(head + enc(" a longer question with more tokens"), greedy, 300)],  # reuses a kept prompt
         4: [(enc("x"), greedy, 12)],  # a short budget: it leaves early ("length")
     }
     batch = LlamaBatch(decoder, prefixes=2, min_prefix=8)
@@ -162,7 +167,8 @@ def test_continuous_batch_rows_write_what_they_write_alone(lm: LoadedModel) -> N
         alone = decoder.generate([prompt], [CallController(grammar)], params, max_new_tokens=limit)[0]
         assert row.finished and row.error is None
         assert (row.gen.tokens, row.gen.finish_reason) == (alone.tokens, alone.finish_reason)
-    assert rows[2].gen.prefix_tokens >= len(head) and rows[3].gen.finish_reason == "length"
+    assert [r.gen.prefix_tokens >= len(head) for r in rows] == [False, True, True, True, False]
+    assert rows[4].gen.finish_reason == "length"
 
 
 HEAD = (

@@ -88,9 +88,10 @@ class LlamaBatch:
                 self._safely(row, self._take_forced)
                 if row.finished:
                     finished.append(row)
+        joining = [r for r in joining if not r.finished]
+        self._share_within(joining)
         for row in joining:
-            if not row.finished:
-                self._join(row)
+            self._join(row)
         width = feed_width([len(r.pending) for r in self.rows if r.pending])
         order = [r for r in self.rows if r.pending]
         if not order:
@@ -131,18 +132,47 @@ class LlamaBatch:
     def _join(self, row: BatchRow) -> None:
         """Give a joining row a sequence, starting from the kept prompt it shares most with."""
         seq = self._take_sequence()
-        best, reused = None, 0
-        for prompt, kept in self._prefixes.items():
-            n = _shared(prompt, row.prompt)
-            if n >= self.min_prefix and n > reused:
-                best, reused = (prompt, kept), n
-        if best is not None:
-            self.context.copy(best[1], seq, reused)
-            self._prefixes.move_to_end(best[0])
+        key, reused = self._best(row.prompt)
+        if key is not None:
+            self.context.copy(self._prefixes[key], seq, reused)
         self._seq[id(row)], self._length[id(row)] = seq, reused
         del row.pending[:reused]
         row.gen.prefix_tokens = reused
         self.rows.append(row)
+
+    def _best(self, prompt: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
+        """The kept prompt sharing the most leading tokens with `prompt` (at least `min_prefix`, leaving it one
+        token to run), and how many; marked as just used."""
+        best: tuple[tuple[int, ...] | None, int] = (None, 0)
+        for key in self._prefixes:
+            n = _shared(key, prompt)
+            if n >= self.min_prefix and n > best[1]:
+                best = (key, n)
+        if best[0] is not None:
+            self._prefixes.move_to_end(best[0])
+        return best
+
+    def _share_within(self, rows: list[BatchRow]) -> None:
+        """Joining prompts that start alike (requests arriving together with one system prompt and tool list):
+        their longest common start, if longer than what a kept prompt gives, runs once as a kept prompt of its
+        own, which they then share instead of each computing it."""
+        if not self.max_prefixes or len(rows) < 2:
+            return
+        for row in rows:
+            common = max(_shared(other.prompt, row.prompt) for other in rows if other is not row)
+            base, known = self._best(row.prompt)
+            if common < self.min_prefix or common <= known:
+                continue
+            if self._prefixes and (len(self._prefixes) >= self.max_prefixes or not self._free):
+                self._forget_oldest()
+                base, known = self._best(row.prompt)
+            if not self._free:
+                return
+            seq = self._free.pop()
+            if base is not None:
+                self.context.copy(self._prefixes[base], seq, known)
+            self.context.decode([(seq, known, row.prompt[known:common])])
+            self._prefixes[tuple(row.prompt[:common])] = seq
 
     def _remember(self, rows: list[BatchRow]) -> None:
         """Keep the prompts just run that are long enough, each as a sequence sharing the row's cells."""
