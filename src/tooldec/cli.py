@@ -427,8 +427,8 @@ def serve(
     ),
     threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads."),
     backend: str = typer.Option(
-        "auto", "--backend", help="auto | llamacpp | transformers (auto: llama.cpp for GGUF files and embedded models "
-        "where xllamacpp is installed; its context holds --max-batch rows plus the kept prompts)."
+        "transformers", "--backend", help="transformers | llamacpp | auto (llama.cpp: its context holds --max-batch "
+        "rows plus the kept prompts; faster for one client, slower for 8 here: docs/models.md)."
     ),
     n_ctx: int = typer.Option(16384, "--llama-ctx", min=256, help="llama.cpp: KV cells all rows share."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
