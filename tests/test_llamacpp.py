@@ -383,3 +383,14 @@ def test_prompt_prefix_build_takes_the_llama_route(lm: LoadedModel) -> None:
     assert prefix.shared(prompts) > 0
     assert _greedy(lm, prompts, prefix) == _greedy(lm, prompts, None)
     assert _greedy(lm, prompts, prefix.head(10)) == _greedy(lm, prompts, None)
+
+
+def test_a_cpu_without_avx2_is_refused_before_loading(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The wheel's llama.cpp is compiled for AVX2: loading it elsewhere would kill the process."""
+    old = tmp_path / "cpuinfo"
+    old.write_text("processor\t: 0\nflags\t\t: fpu sse sse2 avx\n")
+    assert llama_api.missing_cpu_features(old) == ["avx2", "fma", "f16c", "bmi2"]
+    assert llama_api.missing_cpu_features(tmp_path / "absent") == []
+    monkeypatch.setattr(llama_api, "missing_cpu_features", lambda: ["avx2"])
+    with pytest.raises(LlamaApiError, match="lacks avx2.*--backend transformers"):
+        LlamaApi(LlamaApi.load().path)

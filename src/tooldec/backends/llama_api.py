@@ -12,7 +12,8 @@ A struct passed or returned by value that is laid out differently than declared 
 `llama_batch_get_one` batch read back with the values this header's source gives them at the offsets declared
 here. The structs are declared with spare bytes after them, so that a library whose struct grew can neither
 write past the buffer nor read garbage. Any mismatch raises LlamaApiError naming the fix (install the pinned
-release), never a crash.
+release), never a crash; so does a CPU without the instructions the wheel was compiled for (AVX2, FMA, F16C,
+BMI2), checked before the library is opened.
 """
 
 from __future__ import annotations
@@ -194,6 +195,21 @@ def library_path() -> Path:
     raise LlamaApiError(f"the xllamacpp package holds no extension module: {INSTALL} --force-reinstall")
 
 
+CPU_FEATURES = ("avx", "avx2", "fma", "f16c", "bmi2")
+"""What the wheel's llama.cpp was compiled for (`llama_print_system_info`): on a CPU without them loading it would
+stop the process with an illegal instruction."""
+
+
+def missing_cpu_features(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """The CPU_FEATURES this machine lacks, read from `cpuinfo` (none where that file is absent or unreadable)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return []
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), None)
+    return [] if flags is None else [f for f in CPU_FEATURES if f not in flags]
+
+
 def installed_version() -> str | None:
     """The installed xllamacpp's version (None if its metadata is missing)."""
     try:
@@ -211,6 +227,12 @@ class LlamaApi:
         """Open `path` and declare every function; raises LlamaApiError for a missing symbol or bad layout."""
         self.path = path
         self.version = installed_version()
+        missing_features = missing_cpu_features()
+        if missing_features:
+            raise LlamaApiError(
+                f"this CPU lacks {', '.join(missing_features)}, which xllamacpp's llama.cpp needs: use "
+                "--backend transformers"
+            )
         try:
             self.lib = ctypes.CDLL(str(path))
         except OSError as exc:
