@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 from tooldec.agents.executor import load_executor
 from tooldec.backends import DEFAULT_MODEL, load_model
-from tooldec.backends.loader import idle_cores
+from tooldec.backends.loader import idle_cores, load_with
 from tooldec.backends.prefix_store import PrefixStore, prefix_kind, stable_prefix
 from tooldec.backends.progress import quiet_libraries
 from tooldec.cli import answer, make_agent
@@ -151,15 +151,13 @@ def run_once(cmd: list[str]) -> dict[str, Any]:
     }
 
 
-def cold_warm(model: str, lm: Any, pairs: int, backends: list[str]) -> list[dict[str, Any]]:
+def cold_warm(model: str, lm: Any | None, pairs: int, backends: list[str]) -> list[dict[str, Any]]:
     """The README command in its own process with this prompt's stored prefix deleted, then kept, for each backend
     in turn, `pairs` times."""
-    from tooldec.backends.llamacpp import load_llamacpp
-
     store = PrefixStore()
     paths = {}
     for backend in backends:
-        loaded = lm if backend == "transformers" else load_llamacpp(model)
+        loaded = lm if lm is not None and lm.backend == backend else load_with(backend, model)
         _, render = make_agent(loaded, load_executor(None), "toolken")
         kind = prefix_kind(loaded.model)
         paths[backend] = store.path(store.key(kind, stable_prefix(loaded.tokenizer.encode, render)))
@@ -370,17 +368,22 @@ def main() -> None:
     parser.add_argument("--stem", default="default_model")
     parser.add_argument("--speed", action="store_true", help="tokens/s under llama.cpp and transformers")
     parser.add_argument(
+        "--backend", default="transformers", help="backend of the FuncQA and everyday parts (auto, llamacpp, transformers)"
+    )
+    parser.add_argument(
         "--keep", action="store_true", help="keep the parts of out/stem.json that are not run again"
     )
     args = parser.parse_args()
 
     threads = idle_cores()
-    lm = load_model(args.model, threads=threads, progress=True)
+    needs_model = args.pairs or args.funcqa or (args.everyday and args.formats.strip())
+    lm = load_with(args.backend, args.model, threads=threads, progress=True) if needs_model else None
     params = SamplingParams()
     command = "nice python benchmarks/default_model.py " + " ".join(sys.argv[1:])
     doc: dict[str, Any] = {
         "model": args.model,
         "threads": threads,
+        "backend": lm.backend if lm is not None else None,
         "commands": [],
         "cold_warm": [],
         "parts": {},

@@ -246,6 +246,8 @@ def start_tooldec(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], st
         cmd += ["--model", args.server_model]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
+    if args.backend:
+        cmd += ["--backend", args.backend]
     log = open(Path(tempfile.gettempdir()) / f"{args.stem}_server.log", "wb")  # noqa: SIM115 -- kept open while it runs
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     base = f"http://127.0.0.1:{port}"
@@ -303,6 +305,7 @@ def main() -> None:
     parser.add_argument("--extra-body", default="{}", help="JSON merged into every request (e.g. vllm_xargs).")
     parser.add_argument("--max-batch", type=int, default=32, help="tooldec serve --max-batch.")
     parser.add_argument("--threads", type=int, default=None, help="tooldec serve --threads.")
+    parser.add_argument("--backend", default=None, help="tooldec serve --backend (default: its own, transformers).")
     parser.add_argument("--request-timeout", type=float, default=900)
     parser.add_argument("--start-timeout", type=float, default=600)
     parser.add_argument("--note", default="", help="A line for the report.")

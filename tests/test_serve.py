@@ -801,13 +801,16 @@ def test_fuzzed_requests_never_get_a_5xx(server: Server, field: str, value: Any,
 
 
 @pytest.mark.slow
-def test_default_model_serves_valid_calls() -> None:
-    """The embedded default model (SmolLM2-135M, fetched on first use) behind the real server."""
-    from tooldec.backends import load_model
+@pytest.mark.parametrize("backend", ["transformers", "llamacpp"])
+def test_default_model_serves_valid_calls(backend: str) -> None:
+    """The embedded default model (SmolLM2-135M, fetched on first use) behind the real server, on each backend."""
+    from tooldec.backends.loader import load_with
     from tooldec.errors import ToolDecError
 
+    if backend == "llamacpp":
+        pytest.importorskip("xllamacpp")
     try:
-        lm = load_model("smollm2")
+        lm = load_with(backend, "smollm2", sequences=4 + 8, n_ctx=8192)
     except (ToolDecError, OSError) as exc:
         pytest.skip(f"the default model cannot be fetched here: {exc}")
     app = create_app(lm, ServeConfig(model_name="smollm2", max_batch=4))

@@ -316,7 +316,8 @@ def run(
     ),
     threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads (default: idle cores)."),
     backend: str = typer.Option(
-        "transformers", "--backend", help="transformers | llamacpp (a GGUF file or embedded model; tooldec[llamacpp])."
+        "auto", "--backend", help="auto | llamacpp | transformers (auto: llama.cpp for GGUF files and embedded models "
+        "where xllamacpp is installed, transformers for folders and hub ids)."
     ),
     explain: bool = typer.Option(
         False, "--explain", help="Show where guidance overrode the model (probability mass removed per step)."
@@ -331,8 +332,7 @@ def run(
     """Answer a question with tools: the model reasons, calls tools (guided), reads results, answers (in a
     structure with --output-schema or --output-regex: one more guided decoding gives the final answer)."""
     from tooldec.agents.executor import load_executor
-    from tooldec.backends import DEFAULT_MODEL, load_model
-    from tooldec.backends.loader import idle_cores
+    from tooldec.backends.loader import idle_cores, load_with
     from tooldec.backends.progress import Stages, quiet_libraries
     from tooldec.decoding import SamplingParams
     from tooldec.structured import JsonSchema, Regex, check_output
@@ -355,14 +355,7 @@ def run(
 
     try:
         executor = load_executor(tools)
-        if backend == "llamacpp":
-            from tooldec.backends.llamacpp import load_llamacpp
-
-            lm = load_llamacpp(model or DEFAULT_MODEL, threads=threads, progress=True)
-        elif backend == "transformers":
-            lm = load_model(model, threads=threads or idle_cores(), progress=True)
-        else:
-            raise ValueError(f"unknown backend {backend!r}; use transformers or llamacpp")
+        lm = load_with(backend, model, threads=threads or idle_cores(), progress=True)
         params = SamplingParams(temperature=temperature, top_p=top_p or 1.0, seed=seed)
     except (ToolDecError, OSError, ImportError, ValueError) as exc:
         _fail(str(exc))
@@ -436,6 +429,7 @@ def eval_command(
     call_format: str = typer.Option(
         "hermes", "--format", help="BFCL: ToolDec's call format, hermes (compact) or hermes-lines (pretty JSON too)."
     ),
+    backend: str = typer.Option("transformers", "--backend", help="transformers | llamacpp | auto."),
 ) -> None:
     """Evaluate a model on a benchmark with ToolDec, free or fuzzy decoding; write results, table and plots."""
     from tooldec.eval.run import run_eval
@@ -443,8 +437,8 @@ def eval_command(
     try:
         run_eval(benchmark, model=model, decoding=decoding, limit=limit, tools=tools, out=out, shared=shared,
                  resume=resume, compressed=compressed, threads=threads, batch_size=batch_size, replay=replay,
-                 tool_choice=tool_choice, call_format=call_format, console=err)
-    except (ToolDecError, OSError) as exc:
+                 tool_choice=tool_choice, call_format=call_format, console=err, backend=backend)
+    except (ToolDecError, OSError, ValueError) as exc:
         _fail(str(exc))
 
 
@@ -515,7 +509,12 @@ def serve(
     call_layout: str = typer.Option(
         "compact", "--call-layout", help="compact, or lines: a guided call's JSON may be pretty-printed too (Hermes)."
     ),
-    threads: int | None = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="CPU threads."),
+    backend: str = typer.Option(
+        "transformers", "--backend", help="transformers | llamacpp | auto (llama.cpp: its context holds --max-batch "
+        "rows plus the kept prompts; faster for one client, slower for 8 here: docs/models.md)."
+    ),
+    n_ctx: int = typer.Option(16384, "--llama-ctx", min=256, help="llama.cpp: KV cells all rows share."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
 ) -> None:
     """Serve OpenAI Chat Completions (tools, tool_choice, streaming) with every tool call guided by ToolDec."""
@@ -525,11 +524,12 @@ def serve(
         from tooldec.serve import ServeConfig, create_app
     except ImportError as exc:
         _fail(f"serving needs the serve extra: pip install 'tooldec[serve,models]' ({exc})")
-    from tooldec.backends import SMALL_MODEL, load_model
+    from tooldec.backends import SMALL_MODEL
+    from tooldec.backends.loader import load_with
 
     try:
-        lm = load_model(model or SMALL_MODEL, threads=threads)
-    except (ToolDecError, OSError, ImportError) as exc:
+        lm = load_with(backend, model or SMALL_MODEL, threads=threads, sequences=max_batch + prefix_cache, n_ctx=n_ctx)
+    except (ToolDecError, OSError, ImportError, ValueError) as exc:
         _fail(str(exc))
     config = ServeConfig(
         model_name=served_model_name or lm.name, max_batch=max_batch, max_waiting=max_waiting,

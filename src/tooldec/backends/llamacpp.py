@@ -1,20 +1,21 @@
-"""llama.cpp as a model backend: a GGUF file runs natively through llama-cpp-python, guided by tooldec.
+"""llama.cpp as a model backend: a GGUF file runs natively, quantised as it is, guided by tooldec.
 
-`LlamaCppModel` answers the Decoder's forward call (`model(input_ids=..., past_key_values=..., ...)`) for one
-row: llama.cpp keeps the KV cache itself, so each call evaluates only the new tokens and returns the last
-position's logits, to which the policy's packed mask is applied exactly as with transformers. The vocabulary's
+llama.cpp comes prebuilt in the `xllamacpp` wheel (part of `pip install "tooldec[models]"`; its C API is called
+through tooldec.backends.llama_api, one llama.cpp context per model in tooldec.backends.llama_context).
+`LlamaCppModel` answers the Decoder's forward call (`model(input_ids=..., attention_mask=...,
+past_key_values=...)`) for a batch of rows: row r is llama.cpp sequence r, every row's new tokens (padding left
+out) run in one `llama_decode`, and the logits returned are a view of llama.cpp's output buffer, to which the
+Decoder applies the policies' packed masks in place with the compiled core's kernel (no copy). The vocabulary's
 token bytes are read from the GGUF file (llama.cpp's token pieces) and checked against the tokenizer's, so a
-mask bit always means the same bytes to the model and to the grammar. Install with `pip install
-"tooldec[llamacpp]"` (llama-cpp-python builds from source: minutes).
+mask bit always means the same bytes to the model and to the grammar.
 
-The warm start keeps llama.cpp's state of the sequence after a prompt prefix (`LlamaPrefixes`, one payload kind
+The warm start keeps llama.cpp's state of a sequence after a prompt prefix (`LlamaPrefixes`, one payload kind
 of tooldec.backends.prefix_store): the KV cells as `llama_state_seq_get_data` writes them, which
-`llama_state_seq_set_data` puts back exactly.
+`llama_state_seq_set_data` puts back exactly; the other rows of a batch share those cells (`seq_cp`).
 """
 
 from __future__ import annotations
 
-import ctypes
 import shutil
 import tempfile
 import time
@@ -24,11 +25,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import torch
 
 from tooldec.backends.cache import cache_dir
 from tooldec.backends.embedded import EMBEDDED_MODELS, fetch_model
+from tooldec.backends.llama_api import LlamaApiError
+from tooldec.backends.llama_context import LlamaContext
 from tooldec.backends.loader import LoadedModel, ModelLoadError, gguf_key, idle_cores
 from tooldec.backends.prefix_store import library_version
 from tooldec.backends.progress import Stages, quiet_libraries
@@ -37,15 +39,23 @@ from tooldec.vocab import Vocabulary
 
 
 class _Session:
-    """The Decoder's cache object for llama.cpp: the KV cache lives in the llama context; this marks a sequence."""
+    """The Decoder's cache object for llama.cpp: the KV cells live in the context; this holds each row's
+    length (row r is sequence r)."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        """Rows holding `lengths` positions each."""
+        self.lengths = lengths
 
 
 class LlamaCppModel:
-    """A `llama_cpp.Llama` behind the forward signature tooldec's Decoder calls (one row, the last logits)."""
+    """A llama.cpp context behind the forward signature tooldec's Decoder calls (a batch of rows, the last
+    logits of each)."""
 
-    def __init__(self, llama: Any) -> None:
-        """Wrap a loaded `llama_cpp.Llama` (its context holds the one sequence being decoded)."""
-        self.llama = llama
+    def __init__(self, context: LlamaContext) -> None:
+        """Decode with `context` (its sequences bound how many rows one call may hold)."""
+        self.context = context
+        self.config = SimpleNamespace(max_position_embeddings=context.n_ctx)
+        """What the server reads of a model's configuration: the longest sequence (all KV cells)."""
         self._device_probe = torch.zeros(1)
         self._session: _Session | None = None
 
@@ -61,57 +71,80 @@ class LlamaCppModel:
         past_key_values: Any = None,
         **_: Any,
     ) -> SimpleNamespace:
-        """Evaluate the row's new tokens (padding left out) after what the context holds; a cache object that is
-        not this model's current session starts a new sequence."""
-        if input_ids.shape[0] != 1:
-            raise ModelLoadError("the llama.cpp backend decodes one sequence at a time")
-        ids = input_ids[0]
-        if attention_mask is not None:
-            ids = ids[attention_mask[0, -ids.shape[0] :].bool()]
-        if past_key_values is not self._session or self._session is None:
-            self.llama.reset()
-            self._session = _Session()
-        if ids.numel():
-            self.llama.eval(ids.tolist())
-        # with logits_all=False llama.cpp computes the last position's logits only, and Llama.eval keeps none
-        last = np.ctypeslib.as_array(self.llama._ctx.get_logits_ith(-1), shape=(self.llama.n_vocab(),))
-        return SimpleNamespace(
-            logits=torch.from_numpy(last.copy())[None, None, :], past_key_values=self._session
-        )
+        """Evaluate each row's new tokens (padding left out) after what its sequence holds. No cache or an empty
+        one starts new sequences; the session this model returned goes on; any other cache raises ValueError.
+        The logits are llama.cpp's buffer itself when every row added tokens (a copy otherwise: rows that added
+        none, finished ones, get zeros, never sampled)."""
+        n, width = input_ids.shape
+        if n > self.context.sequences:
+            raise ModelLoadError(
+                f"{n} rows, but this llama.cpp context holds {self.context.sequences} sequences "
+                "(load_llamacpp(..., sequences=N))"
+            )
+        session = self._session if past_key_values is self._session else None
+        if session is None and not _empty(past_key_values):
+            raise ValueError(
+                "a llama.cpp model keeps its KV cache itself: start with no cache or an empty one, then pass the "
+                "one it returned (rows that join and leave: model.continuous_batch)"
+            )
+        if session is None or len(session.lengths) != n:
+            self.context.clear()
+            session = self._session = _Session([0] * n)
+        ids = input_ids.tolist()
+        keep = attention_mask[:, -width:].bool().tolist() if attention_mask is not None else None
+        rows = []
+        for r in range(n):
+            tokens = ids[r] if keep is None else [t for t, k in zip(ids[r], keep[r], strict=True) if k]
+            if tokens:
+                rows.append((r, session.lengths[r], tokens))
+                session.lengths[r] += len(tokens)
+        vocab = self.context.n_vocab
+        if not rows:
+            return SimpleNamespace(logits=torch.zeros((n, 1, vocab)), past_key_values=session)
+        logits = torch.from_numpy(self.context.decode(rows))
+        if len(rows) < n:
+            full = torch.zeros((n, vocab))
+            full[[r for r, _, _ in rows]] = logits
+            logits = full
+        return SimpleNamespace(logits=logits[:, None, :], past_key_values=session)
 
     forward = __call__
     """The same call: the Decoder reads the forward's signature to name its cache keyword (past_key_values)."""
+
+    def build_prefix(self, tokens: Sequence[int]) -> LlamaPrefix:
+        """The prefix of `tokens` (PromptPrefix.build's route for this backend): their sequence state."""
+        return LlamaPrefixes(self).build(tokens)
 
     def prefix_kind(self) -> LlamaPrefixes:
         """How this model's prompt prefixes are stored (tooldec.backends.prefix_store)."""
         return LlamaPrefixes(self)
 
-    def sequence_state(self) -> bytes:
-        """llama.cpp's state of the sequence now in the context (its KV cells), as bytes."""
-        import llama_cpp
+    def continuous_batch(self, decoder: Any, *, prefixes: int = 8) -> Any:
+        """The server's continuous batch on this model (tooldec.backends.llamacpp_batch)."""
+        from tooldec.backends.llamacpp_batch import LlamaBatch
 
-        ctx = self.llama._ctx.ctx
-        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
-        buffer = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
-        if written != size:
-            raise ModelLoadError(f"llama.cpp wrote {written} of {size} bytes of sequence state")
-        return bytes(buffer)
+        return LlamaBatch(decoder, prefixes=prefixes)
 
-    def restore(self, state: bytes, tokens: Sequence[int]) -> _Session:
-        """Put a `sequence_state` back into the context as the state after `tokens` (the first len(tokens) of
-        the tokens it was taken after: later cells are dropped at the next eval), and start a session there."""
-        import llama_cpp
-
-        self.llama.reset()
+    def restore(self, state: bytes, rows: int, length: int) -> _Session:
+        """Put a stored sequence state back as the first `length` positions of `rows` new sequences (sharing
+        its cells), and start a session there."""
         self._session = None
-        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if llama_cpp.llama_state_seq_set_data(self.llama._ctx.ctx, buffer, len(state), 0) != len(state):
-            raise ModelLoadError("llama.cpp refused the stored sequence state")
-        self.llama.input_ids[: len(tokens)] = tokens
-        self.llama.n_tokens = len(tokens)
-        self._session = _Session()
+        self.context.clear()
+        self.context.set_state(0, state)
+        self.context.drop(0, length)
+        for r in range(1, rows):
+            self.context.copy(0, r, length)
+        self._session = _Session([length] * rows)
         return self._session
+
+
+def _empty(cache: Any) -> bool:
+    """Whether `cache` holds nothing a llama.cpp context could continue from (None, or an empty Hugging Face
+    cache such as the Decoder's fresh GrowingCache); a session of this backend never is."""
+    if cache is None:
+        return True
+    length = getattr(cache, "get_seq_length", None)
+    return not isinstance(cache, _Session) and callable(length) and length() == 0
 
 
 @dataclass(frozen=True)
@@ -122,11 +155,15 @@ class LlamaPrefix(PromptPrefix):
     state: bytes = b""
     model: LlamaCppModel | None = None
 
+    def head(self, length: int) -> LlamaPrefix:
+        """The first `length` positions (the same state: `cache` keeps only the positions asked for)."""
+        return LlamaPrefix(self.tokens[:length], (), self.state, self.model)
+
     def cache(self, batch: int, length: int) -> Any:
-        """The model's session holding the first `length` prefix positions (llama.cpp decodes one row)."""
-        if batch != 1 or self.model is None:
-            raise ModelLoadError("the llama.cpp backend decodes one sequence at a time")
-        return self.model.restore(self.state, self.tokens[:length])
+        """The model's session holding the first `length` prefix positions in each of `batch` rows."""
+        if self.model is None:
+            raise ModelLoadError("this llama.cpp prefix has no model to restore into")
+        return self.model.restore(self.state, batch, length)
 
 
 class LlamaPrefixes:
@@ -141,30 +178,23 @@ class LlamaPrefixes:
 
     def identity(self) -> dict[str, Any]:
         """The GGUF file (name, size, time, a hash of its ends), the context settings that shape the state (its
-        size, batch sizes, KV types, attention kind) and the installed tooldec and llama-cpp-python."""
-        llama = self.model.llama
-        path = Path(llama.model_path)
+        size, sequences, batch size, KV types, attention kind) and the installed tooldec and xllamacpp."""
+        context = self.model.context
+        path = context.path
         stat = path.stat()
-        params = llama.context_params
         return {
             "gguf": [path.name, stat.st_size, stat.st_mtime_ns, gguf_key(path)],
-            "context": [
-                llama.n_ctx(),
-                params.n_batch,
-                params.n_ubatch,
-                params.type_k,
-                params.type_v,
-                getattr(params, "flash_attn_type", None),
-            ],
-            "versions": [library_version(p) for p in ("tooldec", "llama_cpp_python")],
+            "context": list(context.settings),
+            "versions": [library_version(p) for p in ("tooldec", "xllamacpp")],
         }
 
     def build(self, tokens: Sequence[int]) -> LlamaPrefix:
         """Evaluate `tokens` from an empty context and take the sequence's state."""
-        self.model.llama.reset()
         self.model._session = None
-        self.model.llama.eval(list(tokens))
-        return LlamaPrefix(tuple(tokens), (), self.model.sequence_state(), self.model)
+        context = self.model.context
+        context.clear()
+        context.decode([(0, 0, list(tokens))])
+        return LlamaPrefix(tuple(tokens), (), context.state(0), self.model)
 
     def dump(self, prefix: PromptPrefix) -> bytes:
         """The sequence state's bytes."""
@@ -175,30 +205,11 @@ class LlamaPrefixes:
     def parse(self, payload: bytes, tokens: tuple[int, ...]) -> LlamaPrefix:
         """A stored state, checked by loading it into the context: llama.cpp refuses one of another shape, and
         its last position must be the last prefix token's."""
-        import llama_cpp
-
-        self.model.restore(payload, tokens)
-        last = llama_cpp.llama_memory_seq_pos_max(self.model.llama._ctx.memory, 0)
+        self.model.restore(payload, 1, len(tokens))
+        last = self.model.context.last_position(0)
         if last != len(tokens) - 1:
             raise ValueError(f"the state ends at position {last}, not {len(tokens) - 1}")
         return LlamaPrefix(tokens, (), payload, self.model)
-
-
-def gguf_token_bytes(llama: Any) -> list[bytes]:
-    """Every token's bytes as llama.cpp reads them from the GGUF file (special tokens as their text, no space
-    stripped): `llama_token_to_piece` token by token."""
-    import llama_cpp
-
-    vocab = llama._model.vocab  # llama-cpp-python keeps the C vocabulary handle there
-    size = 256
-    buffer = ctypes.create_string_buffer(size)
-    pieces = []
-    for token in range(llama.n_vocab()):
-        n = llama_cpp.llama_token_to_piece(vocab, token, buffer, size, 0, True)
-        if n < 0:
-            raise ModelLoadError(f"token {token} of the GGUF vocabulary is longer than {size} bytes")
-        pieces.append(buffer.raw[:n])
-    return pieces
 
 
 def check_vocabulary(gguf_bytes: list[bytes], vocab: Vocabulary) -> None:
@@ -211,16 +222,16 @@ def check_vocabulary(gguf_bytes: list[bytes], vocab: Vocabulary) -> None:
         raise ModelLoadError(f"{len(differ)} tokens differ between the tokenizer and the GGUF file ({shown})")
 
 
-def gguf_vocabulary(llama: Any, tokenizer: Any) -> Vocabulary:
-    """The tokenizer's vocabulary, checked token by token against the GGUF file's. Tokens the file holds no
-    text for (Qwen's padding rows past its 151,665 tokens, named `[PAD151665]`… by the tokenizer) are never
-    allowed; every other text token must have the same bytes in both."""
-    vocab = Vocabulary.from_hf(tokenizer, vocab_size=llama.n_vocab())
-    gguf = gguf_token_bytes(llama)
-    if len(gguf) == vocab.size:
-        text = [None if piece == b"" else b for b, piece in zip(vocab.token_bytes, gguf, strict=True)]
+def gguf_vocabulary(pieces: list[bytes], tokenizer: Any) -> Vocabulary:
+    """The tokenizer's vocabulary, checked token by token against the GGUF file's `pieces`
+    (`LlamaContext.token_pieces`). Tokens the file holds no text for (Qwen's padding rows past its 151,665
+    tokens, named `[PAD151665]`… by the tokenizer) are never allowed; every other text token must have the same
+    bytes in both."""
+    vocab = Vocabulary.from_hf(tokenizer, vocab_size=len(pieces))
+    if len(pieces) == vocab.size:
+        text = [None if piece == b"" else b for b, piece in zip(vocab.token_bytes, pieces, strict=True)]
         vocab = Vocabulary(text, vocab.eos_ids, vocab.special_ids, vocab.tokenizer)
-    check_vocabulary(gguf, vocab)
+    check_vocabulary(pieces, vocab)
     return vocab
 
 
@@ -247,17 +258,33 @@ def gguf_tokenizer(path: Path) -> Any:
     return tokenizer
 
 
-def load_llamacpp(
-    name_or_path: str | Path, *, threads: int | None = None, n_ctx: int = 4096, progress: bool = False
-) -> LoadedModel:
-    """Load a GGUF file (or an embedded model's) into llama.cpp, with its tokenizer and a checked vocabulary."""
+def available() -> bool:
+    """Whether the llama.cpp backend can load here (xllamacpp installed and its library as declared)."""
+    from tooldec.backends.llama_api import LlamaApi
+
     try:
-        import llama_cpp
+        LlamaApi.load()
+    except LlamaApiError:
+        return False
+    return True
+
+
+def load_llamacpp(
+    name_or_path: str | Path,
+    *,
+    threads: int | None = None,
+    n_ctx: int = 4096,
+    sequences: int = 1,
+    progress: bool = False,
+    tokenizer: Any = None,
+) -> LoadedModel:
+    """Load a GGUF file (or an embedded model's) into llama.cpp, with its tokenizer (`tokenizer`, or read from
+    the file) and a vocabulary checked against the file's. `sequences` rows decode together (the server's
+    batch); they share `n_ctx` KV cells, a prefix they start with counted once."""
+    try:
         import transformers  # noqa: F401 - the tokenizer's; checked here to name the extra to install
     except ImportError as exc:
-        raise ModelLoadError(
-            f"the llama.cpp backend needs: pip install 'tooldec[llamacpp,models]' ({exc})"
-        ) from exc
+        raise ModelLoadError(f"the llama.cpp backend needs: pip install 'tooldec[models]' ({exc})") from exc
     start = time.perf_counter()
     spec = str(name_or_path)
     if spec in EMBEDDED_MODELS:
@@ -265,24 +292,18 @@ def load_llamacpp(
     else:
         path, source = Path(spec).expanduser(), f"gguf:{spec}"
         if path.suffix != ".gguf" or not path.is_file():
-            raise ModelLoadError(
-                f"the llama.cpp backend takes a .gguf file or an embedded name, not {spec!r}"
-            )
+            raise ModelLoadError(f"the llama.cpp backend takes a .gguf file or an embedded name, not {spec!r}")
     cores = threads or idle_cores()
     torch.set_num_threads(cores)  # torch only masks and samples a logits row here; its default of every core
     # made one isfinite over Qwen's 151,936 logits take 22 ms at load 7 on 2 cores (threads waiting on each other)
-    with Stages(enabled=progress).stage("load", f"{path.name} (llama.cpp)"), quiet_libraries():
-        llama = llama_cpp.Llama(
-            model_path=str(path),
-            n_ctx=n_ctx,
-            n_threads=cores,
-            n_threads_batch=cores,
-            verbose=False,
-            logits_all=False,
-        )
-        tokenizer = gguf_tokenizer(path)
-        vocab = gguf_vocabulary(llama, tokenizer)
+    with Stages(enabled=progress).stage("load", f"{path.name} (llama.cpp, quantised)"), quiet_libraries():
+        try:
+            context = LlamaContext(path, n_ctx=n_ctx, sequences=sequences, threads=cores)
+        except LlamaApiError as exc:
+            raise ModelLoadError(str(exc)) from exc
+        tokenizer = tokenizer if tokenizer is not None else gguf_tokenizer(path)
+        vocab = gguf_vocabulary(context.token_pieces(), tokenizer)
     name = spec if spec in EMBEDDED_MODELS else path.name
     return LoadedModel(
-        LlamaCppModel(llama), tokenizer, vocab, name, source, time.perf_counter() - start, "llamacpp"
+        LlamaCppModel(context), tokenizer, vocab, name, source, time.perf_counter() - start, "llamacpp"
     )

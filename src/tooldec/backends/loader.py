@@ -184,3 +184,41 @@ def load_model(
         pack_linears(model)
     name = Path(spec).name if source.startswith(("gguf", "folder")) else spec
     return LoadedModel(model, tokenizer, vocab, name, source, time.perf_counter() - start)
+
+
+BACKENDS = ("auto", "llamacpp", "transformers")
+
+
+def choose_backend(backend: str, model: str | None) -> str:
+    """The backend `auto` means for `model`: llama.cpp for a .gguf file or an embedded model (None: the
+    default) when xllamacpp is installed, transformers for everything else (folders, hub ids)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; use {', '.join(BACKENDS)}")
+    if backend != "auto":
+        return backend
+    spec = model or DEFAULT_MODEL
+    if spec not in EMBEDDED_MODELS and not (spec.endswith(".gguf") and Path(spec).expanduser().is_file()):
+        return "transformers"
+    from tooldec.backends.llamacpp import available
+
+    return "llamacpp" if available() else "transformers"
+
+
+def load_with(
+    backend: str,
+    model: str | None,
+    *,
+    threads: int | None = None,
+    progress: bool = False,
+    sequences: int = 1,
+    n_ctx: int = 4096,
+) -> LoadedModel:
+    """Load `model` (None: DEFAULT_MODEL) with `backend` (`choose_backend`'s names); `sequences` and `n_ctx`
+    size llama.cpp's context (rows decoded together, KV cells they share)."""
+    if choose_backend(backend, model) == "llamacpp":
+        from tooldec.backends.llamacpp import load_llamacpp
+
+        return load_llamacpp(
+            model or DEFAULT_MODEL, threads=threads, progress=progress, sequences=sequences, n_ctx=n_ctx
+        )
+    return load_model(model, threads=threads, progress=progress)

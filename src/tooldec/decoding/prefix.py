@@ -31,6 +31,10 @@ class PromptPrefix:
         leading tokens it shares with `tokens` come from its cache and only the rest is run."""
         if not tokens:
             raise ValueError("a prompt prefix needs at least one token")
+        own = getattr(model, "build_prefix", None)  # a backend that keeps its cache itself (llama.cpp)
+        if callable(own):
+            prefix: PromptPrefix = own(tokens)
+            return prefix
         device = next(model.parameters()).device
         reused = base.shared([tokens]) if base is not None else 0
         extra: dict[str, Any] = {}

@@ -17,9 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
 NAME = "tooldec_shared_prefix"
 """The attention implementation a model is switched to: SDPA, plus the shared prefix when a pass gives one."""
@@ -43,6 +40,10 @@ def enable(model: Any) -> bool:
         return True
     if config._attn_implementation != "sdpa":
         return False
+    # imported here: they load much of transformers' modelling code (seconds), which other models never need
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
     AttentionInterface.register(NAME, attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
     model.set_attn_implementation(NAME)
@@ -74,6 +75,8 @@ def attention(
     then the row's own `key`/`value`, under `attention_mask` (`suffix_mask`); SDPA when no prefix is given.
     Returns `[rows, queries, heads, head dim]` as transformers' attention functions do."""
     if shared_prefix is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )

@@ -39,17 +39,19 @@ def run_eval(
     tool_choice: str = "auto",
     call_format: str = "hermes",
     console: Console | None = None,
+    backend: str = "transformers",
 ) -> dict[str, Any]:
     """Evaluate `model` on the first `limit` items of `benchmark` under `decoding`; returns the results document.
 
     Items are decoded `batch_size` at a time (one row each, greedy, so a batch gives each item the tokens it would
     get alone) and results are saved after every batch. `replay` (fuzzy decoding of a one-shot benchmark only)
     is a free run of the same configuration: its generations are scored again with fuzzy name matching instead
-    of being decoded again, since free and fuzzy decoding write the same text from the same prompt.
+    of being decoded again, since free and fuzzy decoding write the same text from the same prompt. `backend`:
+    transformers, llamacpp (the batch's rows are llama.cpp sequences of one context) or auto (tooldec.backends.loader).
     """
     if batch_size < 1:
         raise EvalError(f"batch size must be at least 1, not {batch_size}")
-    from tooldec.backends import load_model
+    from tooldec.backends.loader import load_with
     from tooldec.eval.compress import load_compressed
 
     console = console or Console(stderr=True)
@@ -67,12 +69,14 @@ def run_eval(
         "temperature": 0.0,
         "batch_size": batch_size,
     }
+    if backend != "transformers":  # named only when not the default, so that earlier runs still resume
+        config["backend"] = backend
     finished = _finished(out, config) if resume else None
     if finished is not None:
         console.print(f"{out / report.RESULTS_FILE} holds this run complete: nothing to resume")
         return finished
     short = load_compressed(compressed) if compressed else None
-    lm = load_model(model, threads=threads)
+    lm = load_with(backend, model, threads=threads, sequences=batch_size, n_ctx=4096 * batch_size)
     bench = prepare(
         benchmark,
         lm,

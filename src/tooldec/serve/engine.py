@@ -66,6 +66,12 @@ class Engine:
         self._task: asyncio.Task[None] | None = None
 
     def _new_batch(self) -> ContinuousBatch:
+        """The model's own continuous batch where its backend has one (llama.cpp's sequences), else the
+        Decoder's."""
+        own = getattr(self.decoder.model, "continuous_batch", None)
+        if callable(own):
+            batch: ContinuousBatch = own(self.decoder, prefixes=self.prefix_cache)
+            return batch
         return ContinuousBatch(self.decoder, prefixes=self.prefix_cache)
 
     def start(self) -> None:

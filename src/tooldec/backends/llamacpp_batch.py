@@ -1,0 +1,260 @@
+"""Continuous batching on llama.cpp: the server's rows as llama.cpp sequences, all decoded in one `llama_decode`.
+
+The same contract as tooldec.decoding.decoder.ContinuousBatch (`add`, `remove`, `step`, rows with their own
+policy, sampling and budget), but where that one moves key/value tensors in Python, here every row owns one
+sequence of the model's llama.cpp context: joining rows' prompts and live rows' new tokens go into one batch,
+each row's last logits come back as a view of llama.cpp's buffer, and the policies' masks are applied to it in
+place (the compiled core's kernel, one call) before each row samples. Prompts of `min_prefix` tokens or more are
+kept as sequences of their own (the last `prefixes`); a joining prompt that starts the same way takes those
+positions with `seq_cp`, which shares the cells (the KV cache is unified) instead of computing them again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+
+from tooldec.backends.llamacpp import LlamaCppModel
+from tooldec.decoding.controller import CallEvent, fill_bitmasks
+from tooldec.decoding.decoder import BatchRow, Controller, Decoder, feed_width
+from tooldec.decoding.sampling import SamplingParams, apply_token_bitmask_inplace, sample_token
+
+
+class LlamaBatch:
+    """Rows that join and leave between steps, each on its own llama.cpp sequence. Not thread-safe: call
+    `add`, `remove` and `step` from one thread at a time."""
+
+    def __init__(self, decoder: Decoder, *, prefixes: int = 8, min_prefix: int = 32) -> None:
+        """Decode with `decoder` (whose model is a LlamaCppModel); keep the last `prefixes` prompts of at least
+        `min_prefix` tokens for rows that start the same way (each holds a sequence while kept)."""
+        if not isinstance(decoder.model, LlamaCppModel):
+            raise TypeError("LlamaBatch needs a decoder on a LlamaCppModel")
+        self.decoder = decoder
+        self.context = decoder.model.context
+        decoder.model._session = None  # the context's sequences are this batch's from now on
+        self.context.clear()
+        self.rows: list[BatchRow] = []
+        self.joining: list[BatchRow] = []
+        self.max_prefixes = prefixes
+        self.min_prefix = min_prefix
+        self._free = list(range(self.context.sequences))
+        self._seq: dict[int, int] = {}  # id(row) -> its sequence
+        self._length: dict[int, int] = {}  # id(row) -> positions its sequence holds
+        self._prefixes: OrderedDict[tuple[int, ...], int] = OrderedDict()  # prompt -> its sequence
+        self._bitmask = np.empty((0, (decoder.vocab.size + 31) // 32), dtype=np.int32)
+
+    def __len__(self) -> int:
+        """Rows live or waiting to join."""
+        return len(self.rows) + len(self.joining)
+
+    def add(
+        self,
+        prompt: Sequence[int],
+        policy: Controller,
+        params: SamplingParams = SamplingParams(),
+        *,
+        max_new_tokens: int = 256,
+        jump_forward: bool = True,
+        on_token: Callable[[int, CallEvent | None], None] | None = None,
+        on_call: Callable[[CallEvent], str | None] | None = None,
+    ) -> BatchRow:
+        """Queue a sequence; it joins the batch at the next step. `on_call` works as in `Decoder.generate`."""
+        if not prompt:
+            raise ValueError("a prompt needs at least one token")
+        row = BatchRow(list(prompt), policy, params, max_new_tokens, jump_forward, on_token, on_call)
+        row.generator = params.generator()
+        row.pending = list(prompt)
+        self.joining.append(row)
+        return row
+
+    def remove(self, row: BatchRow) -> None:
+        """Drop a row (its client left): it takes no further part, and its sequence is freed at the next step."""
+        row.finished = True
+        if row in self.joining:
+            self.joining.remove(row)
+
+    @torch.inference_mode()
+    def step(self) -> list[BatchRow]:
+        """One decoding step of every row; returns the rows that finished in it (stop, length or error)."""
+        finished: list[BatchRow] = []
+        self._release()
+        joining, self.joining = self.joining, []
+        for row in joining:
+            if row.jump_forward and not row.policy.done:
+                self._safely(row, self._take_forced)
+                if row.finished:
+                    finished.append(row)
+        joining = [r for r in joining if not r.finished]
+        self._share_within(joining)
+        for row in joining:
+            self._join(row)
+        width = feed_width([len(r.pending) for r in self.rows if r.pending])
+        order = [r for r in self.rows if r.pending]
+        if not order:
+            return finished
+        feeds = [r.pending[: len(r.pending) if r in joining else width] for r in order]
+        batch = [(self._seq[id(r)], self._length[id(r)], f) for r, f in zip(order, feeds, strict=True)]
+        t_model = time.perf_counter()
+        logits = torch.from_numpy(self.context.decode(batch))
+        seconds = time.perf_counter() - t_model
+        for row, fed in zip(order, feeds, strict=True):
+            self._length[id(row)] += len(fed)
+            del row.pending[: len(fed)]
+            row.gen.forward_passes += 1
+            row.gen.model_seconds += seconds
+        self._remember([r for r in joining if not r.finished])
+        sampling: list[int] = []
+        for i, row in enumerate(order):
+            if row.policy.done:
+                self._end(row, "stop", finished)
+            elif row.gen.sampled_tokens + row.gen.forced_tokens >= row.max_new_tokens:
+                self._end(row, "length", finished)
+            elif not row.pending:  # else its tokens are still being fed: no logits to sample from yet
+                sampling.append(i)
+        if sampling:
+            if self._bitmask.shape[0] < len(order):
+                self._bitmask = np.empty((2 * len(order), self._bitmask.shape[1]), dtype=np.int32)
+            fill_bitmasks([order[i].policy for i in sampling], self._bitmask, sampling)
+            apply_token_bitmask_inplace(logits, self._bitmask[: len(order)], sampling)
+        for i in sampling:
+            row = order[i]
+            self._safely(row, lambda r, i=i: self._sample(r, logits[i]))  # type: ignore[misc]
+            if row.finished:
+                finished.append(row)
+            elif row.policy.done:
+                self._end(row, "stop", finished)
+        return finished
+
+    def _join(self, row: BatchRow) -> None:
+        """Give a joining row a sequence, starting from the kept prompt it shares most with."""
+        seq = self._take_sequence()
+        key, reused = self._best(row.prompt)
+        if key is not None:
+            self.context.copy(self._prefixes[key], seq, reused)
+        self._seq[id(row)], self._length[id(row)] = seq, reused
+        del row.pending[:reused]
+        row.gen.prefix_tokens = reused
+        self.rows.append(row)
+
+    def _best(self, prompt: Sequence[int]) -> tuple[tuple[int, ...] | None, int]:
+        """The kept prompt sharing the most leading tokens with `prompt` (at least `min_prefix`, leaving it one
+        token to run), and how many; marked as just used."""
+        best: tuple[tuple[int, ...] | None, int] = (None, 0)
+        for key in self._prefixes:
+            n = _shared(key, prompt)
+            if n >= self.min_prefix and n > best[1]:
+                best = (key, n)
+        if best[0] is not None:
+            self._prefixes.move_to_end(best[0])
+        return best
+
+    def _share_within(self, rows: list[BatchRow]) -> None:
+        """Joining prompts that start alike (requests arriving together with one system prompt and tool list):
+        their longest common start, if longer than what a kept prompt gives, runs once as a kept prompt of its
+        own, which they then share instead of each computing it."""
+        if not self.max_prefixes or len(rows) < 2:
+            return
+        for row in rows:
+            common = max(_shared(other.prompt, row.prompt) for other in rows if other is not row)
+            base, known = self._best(row.prompt)
+            if common < self.min_prefix or common <= known:
+                continue
+            if self._prefixes and (len(self._prefixes) >= self.max_prefixes or not self._free):
+                self._forget_oldest()
+                base, known = self._best(row.prompt)
+            if not self._free:
+                return
+            seq = self._free.pop()
+            if base is not None:
+                self.context.copy(self._prefixes[base], seq, known)
+            self.context.decode([(seq, known, row.prompt[known:common])])
+            self._prefixes[tuple(row.prompt[:common])] = seq
+
+    def _remember(self, rows: list[BatchRow]) -> None:
+        """Keep the prompts just run that are long enough, each as a sequence sharing the row's cells."""
+        if not self.max_prefixes:
+            return
+        for row in rows:
+            key = tuple(row.prompt)
+            if len(key) < self.min_prefix:
+                continue
+            if key in self._prefixes:
+                self._prefixes.move_to_end(key)
+                continue
+            if len(self._prefixes) >= self.max_prefixes:
+                self._forget_oldest()
+            if not self._free and self._prefixes:
+                self._forget_oldest()
+            if not self._free:
+                return
+            seq = self._free.pop()
+            self.context.copy(self._seq[id(row)], seq, len(key))
+            self._prefixes[key] = seq
+
+    def _take_sequence(self) -> int:
+        """A free sequence, forgetting the oldest kept prompt if none is free."""
+        if not self._free and self._prefixes:
+            self._forget_oldest()
+        if not self._free:
+            raise RuntimeError(f"every one of the context's {self.context.sequences} sequences is in use")
+        return self._free.pop()
+
+    def _forget_oldest(self) -> None:
+        _, seq = self._prefixes.popitem(last=False)
+        self.context.drop(seq)
+        self._free.append(seq)
+
+    def _release(self) -> None:
+        """Free the sequences of finished rows."""
+        for row in [r for r in self.rows if r.finished]:
+            seq = self._seq.pop(id(row))
+            self._length.pop(id(row))
+            self.context.drop(seq)
+            self._free.append(seq)
+        self.rows = [r for r in self.rows if not r.finished]
+
+    def _sample(self, row: BatchRow, logits: torch.Tensor) -> None:
+        """Sample the row's next token and take what follows it (a forced stretch, a tool's result)."""
+        token = sample_token(logits, row.params, row.generator)
+        row.gen.sampled_tokens += 1
+        row.pending.append(token)
+        self.decoder._feed(0, row.policy, row.gen, token, row.pending, self._on_call(row), row.on_token)
+        if not row.policy.done and row.jump_forward:
+            self._take_forced(row)
+
+    def _take_forced(self, row: BatchRow) -> None:
+        self.decoder._take_forced(0, row.policy, row.gen, row.pending, self._on_call(row), row.on_token)
+
+    @staticmethod
+    def _on_call(row: BatchRow) -> Callable[[int, CallEvent], str | None] | None:
+        on_call = row.on_call
+        return None if on_call is None else (lambda _row, event: on_call(event))
+
+    def _safely(self, row: BatchRow, action: Callable[[BatchRow], None]) -> None:
+        """Run one row's part of the step; an error ends that row (finish_reason "error"), not the batch."""
+        try:
+            action(row)
+        except Exception as exc:  # noqa: BLE001 -- one row's failure must not take the others down
+            row.error = f"{type(exc).__name__}: {exc}"
+            row.finished = True
+            row.gen.finish_reason = "error"
+            self.decoder._finish(row.policy, row.gen)
+
+    def _end(self, row: BatchRow, reason: str, finished: list[BatchRow]) -> None:
+        row.finished = True
+        row.gen.finish_reason = reason
+        self.decoder._finish(row.policy, row.gen)
+        finished.append(row)
+
+
+def _shared(a: Sequence[int], b: Sequence[int]) -> int:
+    """Leading tokens `a` and `b` share, leaving `b` at least one token to run."""
+    limit = min(len(a), len(b) - 1)
+    n = 0
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
