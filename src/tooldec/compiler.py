@@ -288,15 +288,14 @@ class Compiler:
             if comp.rules:
                 try:
                     grammar = value_grammar(start, comp.rules, self.threads)
-                except NotTokenizable:
+                    return CompiledCfg(compile_cfg(grammar, self.prepared, self.threads), grammar, self.prepared,
+                                       parse=json.loads)
+                except EmptyGrammarError:
+                    raise
+                except (NotTokenizable, GrammarError):  # the pushdown guide cannot take it: the bounded reading
                     comp = SchemaCompiler(schema, decide=KeyLanguage, max_ref_depth=self.max_ref_depth,
                                           additional_properties=additional_properties)
                     start = comp.value()
-                except GrammarError:
-                    raise EmptyGrammarError("no value satisfies this schema", path="#") from None
-                else:
-                    return CompiledCfg(compile_cfg(grammar, self.prepared, self.threads), grammar, self.prepared,
-                                       parse=json.loads)
             dfa = compile_dfa(start, products)
             if dfa.start == DEAD:
                 raise EmptyGrammarError("no value satisfies this schema", path="#")

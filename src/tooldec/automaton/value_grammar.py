@@ -22,6 +22,7 @@ import numpy as np
 
 from tooldec.automaton.compile import compile_dfas
 from tooldec.automaton.dfa import DEAD, DFA
+from tooldec.errors import EmptyGrammarError, GrammarError
 from tooldec.grammar.cfg.model import ContextFreeGrammar, Rule, Terminal, nonterminal_symbol
 from tooldec.grammar.cfg.normalize import normalize
 from tooldec.grammar.ir import CALL_MARKER, EMPTY, Bytes, Difference, Intersect, Node
@@ -131,7 +132,8 @@ class _Rule:
         self._strings: dict[int, list[tuple[int, int]]] = {}  # first state inside a string -> (terminal, landing)
         self._words: dict[int, list[tuple[int, int]]] = {}
         self._single: dict[tuple[int, int], int] = {}
-        self._byte_row = np.asarray(dfa.trans)[:, np.asarray(dfa.classes)]  # int32[states, 256]
+        self._trans = np.asarray(dfa.trans)
+        self._classes = np.asarray(dfa.classes)
         self._refinements: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._word_ends_cache: np.ndarray | None = None
         self._build()
@@ -152,7 +154,7 @@ class _Rule:
             here = self.nodes[(state, after_word)]
             if self.dfa.accepting[state]:
                 self.accepting.append(here)
-            row = self._byte_row[state]
+            row = self._byte_row(state)
             words_done = after_word
             for b in np.flatnonzero(row).tolist():
                 target = int(row[b])
@@ -183,13 +185,18 @@ class _Rule:
                 (trans, classes, np.array([False, False, True]), 1), repr(chr(byte)))
         return got
 
+    def _byte_row(self, state: int) -> np.ndarray:
+        """The state each byte leads to from `state` (0: none)."""
+        return self._trans[state][self._classes]
+
     def _calls(self, state: int) -> list[tuple[int, int]]:
         out = []
-        row = self._byte_row
-        for hi in np.flatnonzero(row[state]).tolist():
-            mid = int(row[state][hi])
-            for lo in np.flatnonzero(row[mid]).tolist():
-                out.append((hi << 8 | lo, int(row[mid][lo])))
+        first = self._byte_row(state)
+        for hi in np.flatnonzero(first).tolist():
+            mid = int(first[hi])
+            second = self._byte_row(mid)
+            for lo in np.flatnonzero(second).tolist():
+                out.append((hi << 8 | lo, int(second[lo])))
         return out
 
     def _string_tokens(self, inside: int) -> list[tuple[int, int]]:
@@ -228,32 +235,31 @@ class _Rule:
         columns = np.asarray(self.dfa.classes)[reps]
         trans = np.asarray(self.dfa.trans)
         ids: dict[int, int] = {}  # product key (state * 8 + mode) -> id; id 0, the virtual start, has no key
-        state_of = [origin]
-        mode_of = [_IN]
+        size = 1
         src: list[np.ndarray] = []
         cls: list[np.ndarray] = []
         dst: list[np.ndarray] = []
         ends: dict[int, list[tuple[int, int]]] = {}  # landing -> (product state, class; -1: may stop there)
         frontier = np.array([0])
+        states, layer_modes = np.array([origin]), np.array([_IN])
         ends_here = self._word_end_states() if kind == "word" else None
         while frontier.size:
-            states = np.array(state_of)[frontier]
             targets = trans[states][:, columns]
-            modes = table[np.array(mode_of)[frontier]]
+            modes = table[layer_modes]
             live = targets != 0
             for f, c in zip(*np.nonzero(live & (modes == _CLOSES))):
                 ends.setdefault(int(targets[f, c]), []).append((int(frontier[f]), int(c)))
             f_go, c_go = np.nonzero(live & (modes >= 0))
             keys = targets[f_go, c_go].astype(np.int64) * 8 + modes[f_go, c_go]
             unique, inverse = np.unique(keys, return_inverse=True)
-            first_new = len(state_of)
+            first_new = size
             unique_ids = np.empty(len(unique), dtype=np.int64)
+            fresh: list[int] = []
             for u, key in enumerate(unique.tolist()):
                 got = ids.get(key)
                 if got is None:
-                    got = ids[key] = len(state_of)
-                    state_of.append(key >> 3)
-                    mode_of.append(key & 7)
+                    got = ids[key] = first_new + len(fresh)
+                    fresh.append(key)
                 unique_ids[u] = got
             src.append(frontier[f_go])
             cls.append(c_go)
@@ -262,8 +268,11 @@ class _Rule:
                 for f in np.flatnonzero(ends_here[states]).tolist():
                     if frontier[f]:  # after at least one byte
                         ends.setdefault(int(states[f]), []).append((int(frontier[f]), -1))
-            frontier = np.arange(first_new, len(state_of))
-        walk = _Walk(len(state_of), np.concatenate(src), np.concatenate(cls), np.concatenate(dst))
+            size += len(fresh)
+            frontier = np.arange(first_new, size)
+            fresh_keys = np.array(fresh, dtype=np.int64)
+            states, layer_modes = fresh_keys >> 3, fresh_keys & 7
+        walk = _Walk(size, np.concatenate(src), np.concatenate(cls), np.concatenate(dst))
         return [
             (self.terminals.add(walk.automaton(stops, classes, len(reps), kind), f"{kind}@{self.index}"), land)
             for land, stops in ends.items()
@@ -280,8 +289,8 @@ class _Rule:
         """Per DFA state, whether a word may end there: the rule ends there, or a byte other than a word byte goes
         on (the next byte then ends the word)."""
         if self._word_ends_cache is None:
-            non_word = np.array([b for b in range(256) if b not in WORD])
-            self._word_ends_cache = np.asarray(self.dfa.accepting, dtype=bool) | (self._byte_row[:, non_word] != 0).any(axis=1)
+            non_word = np.unique(self._classes[[b for b in range(256) if b not in WORD]])
+            self._word_ends_cache = np.asarray(self.dfa.accepting, dtype=bool) | (self._trans[:, non_word] != 0).any(axis=1)
         return self._word_ends_cache
 
 def _categories(groups: list[frozenset[int] | set[int]]) -> np.ndarray:
@@ -404,4 +413,7 @@ def value_grammar(start: Node, rules: Sequence[Node], threads: int = 1) -> Conte
         start=0,
         priorities=False,
     )
-    return normalize(grammar)
+    try:
+        return normalize(grammar)
+    except GrammarError:
+        raise EmptyGrammarError("no value satisfies this schema", path="#") from None
