@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
+from tooldec.cfg_guide import CompiledCfg
 from tooldec.compiler import Compiler
 from tooldec.conformance import feed
 from tooldec.errors import TokenRejectedError, ToolSpecError, UnsupportedSchemaError
@@ -438,25 +439,35 @@ def test_errors_name_the_tool(bytelevel_vocab: Vocabulary) -> None:
     assert info.value.tool == "b" and "'b'" in str(info.value)
 
 
-def test_branching_recursion_is_refused_by_size(bytelevel_vocab: Vocabulary) -> None:
-    # six definitions that each refer to all six expand to 6**18 subschemas at max_ref_depth 3: refused by size
-    # once MAX_EXPANSIONS are built (seconds), where building them all would never end
+def test_branching_recursion_is_refused_by_size_in_tool_calls(bytelevel_vocab: Vocabulary) -> None:
+    # six definitions that each refer to all six expand to 6**18 subschemas at max_ref_depth 3: a tool call (a
+    # DFA) refuses them by size once MAX_EXPANSIONS are built (seconds), where building them all would never end;
+    # one value (compile_schema) takes them through the pushdown guide, each definition a rule compiled once
     defs = {f"d{i}": {"type": "object", "properties": {f"p{j}": {"$ref": f"#/$defs/d{j}"} for j in range(6)}}
             for i in range(6)}
+    params = {"type": "object", "properties": {"root": {"$ref": "#/$defs/d0"}}, "$defs": defs}
     with pytest.raises(UnsupportedSchemaError) as info:
-        Compiler(bytelevel_vocab).compile_schema({"$defs": defs, "$ref": "#/$defs/d0"})
+        Compiler(bytelevel_vocab).compile([ToolSpec("f", "", params)])
     assert info.value.keyword == "size"
     assert f"{MAX_EXPANSIONS:,} subschemas" in str(info.value)
+    compiled = Compiler(bytelevel_vocab).compile_schema({"$defs": defs, "$ref": "#/$defs/d0"})
+    assert isinstance(compiled, CompiledCfg)
+    deep: dict = {}
+    for i in range(12):
+        deep = {f"p{i % 6}": deep}
+    assert feed(compiled.guide(), bytelevel_vocab.encode(json.dumps(deep)))
 
 
-def test_recursive_refs_are_bounded(bytelevel_vocab: Vocabulary) -> None:
-    schema = {
-        "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"], "additionalProperties": False}},
-        "$ref": "#/$defs/node",
-    }
+def test_recursive_refs_are_bounded_in_tool_calls_only(bytelevel_vocab: Vocabulary) -> None:
+    node = {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"], "additionalProperties": False}
+    schema = {"$defs": {"node": node}, "$ref": "#/$defs/node"}
+    deep = b'{"v": 1, "kids": [{"v": 2, "kids": [{"v": 3}]}]}'
+    params = {"type": "object", "properties": {"t": {"$ref": "#/$defs/node"}}, "required": ["t"], "$defs": {"node": node}}
+    call = Compiler(bytelevel_vocab, max_ref_depth=2).compile([ToolSpec("f", "", params)])
+    assert call.dfa.accepts(b'{"name": "f", "arguments": {"t": {"v": 1, "kids": [{"v": 2, "kids": []}]}}}')
+    assert not call.dfa.accepts(b'{"name": "f", "arguments": {"t": ' + deep + b"}}")
     compiled = Compiler(bytelevel_vocab, max_ref_depth=2).compile_schema(schema)
-    assert compiled.dfa.accepts(b'{"v": 1, "kids": [{"v": 2, "kids": []}]}')
-    assert not compiled.dfa.accepts(b'{"v": 1, "kids": [{"v": 2, "kids": [{"v": 3}]}]}')
+    assert feed(compiled.guide(), bytelevel_vocab.encode(deep.decode()))
     for seed in range(5):
         jsonschema.validate(json.loads(_walk(compiled, seed).text()), schema)
 

@@ -781,4 +781,6 @@ def test_vllm_output_payloads_guide_the_whole_answer(client: Any) -> None:
     for key, value, words in [("regex", "(?<=a)b", "lookaround"), ("json", {"type": "integer", "minimum": 3,
                               "maximum": 1}, "no value"), ("choice", [], "at least one option")]:
         with pytest.raises(openai.BadRequestError, match=words):
-            client.chat.completions.create(extra_body={"vllm_xargs": {f"tooldec_{key}": value}}, **kwargs)
+            # written by hand (output_payload would refuse it before the request): a schema travels as JSON text
+            raw = json.dumps(value) if key == "json" else value
+            client.chat.completions.create(extra_body={"vllm_xargs": {f"tooldec_{key}": raw}}, **kwargs)
