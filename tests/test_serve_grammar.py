@@ -214,3 +214,25 @@ def test_a_json_schema_guides_the_whole_answer(client: Any, schema: Any) -> None
             content += c.delta.content or ""
             finish = c.finish_reason or finish
     assert (content, finish) == (whole.message.content, whole.finish_reason)
+
+
+TREE = {"type": "object", "properties": {"v": {"type": "integer", "minimum": 0, "maximum": 9},
+                                         "kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2}},
+        "required": ["v", "kids"], "additionalProperties": False}
+
+
+def test_a_recursive_response_format_guides_the_whole_answer(client: Any) -> None:
+    """A recursive schema (a tree whose kids are trees) through response_format: the pushdown guide; every answer
+    that ends validates, and one cut by max_tokens is the start of a valid tree."""
+    response_format = {"type": "json_schema", "json_schema": {"name": "tree", "schema": TREE, "strict": True}}
+    ended = 0
+    for seed in range(6):
+        choice = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=96, temperature=1.0,
+                                                seed=seed, response_format=response_format).choices[0]
+        assert not choice.message.tool_calls and choice.finish_reason in ("stop", "length")
+        if choice.finish_reason == "stop":
+            jsonschema.validate(json.loads(choice.message.content), TREE)
+            ended += 1
+        else:
+            assert choice.message.content.startswith('{"v": ')
+    assert ended, "no answer ended"
