@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from tooldec.backends.llamacpp import LlamaCppModel
-from tooldec.decoding.controller import CallEvent, fill_bitmasks
-from tooldec.decoding.decoder import BatchRow, Controller, Decoder, feed_width
-from tooldec.decoding.sampling import SamplingParams, apply_token_bitmask_inplace, sample_token
+from tooldec.decoding.controller import fill_bitmasks
+from tooldec.decoding.decoder import BatchRow, Decoder, RowBatch, feed_width
+from tooldec.decoding.sampling import apply_token_bitmask_inplace
 
 
-class LlamaBatch:
+class LlamaBatch(RowBatch):
     """Rows that join and leave between steps, each on its own llama.cpp sequence. Not thread-safe: call
     `add`, `remove` and `step` from one thread at a time."""
 
@@ -33,62 +33,22 @@ class LlamaBatch:
         `min_prefix` tokens for rows that start the same way (each holds a sequence while kept)."""
         if not isinstance(decoder.model, LlamaCppModel):
             raise TypeError("LlamaBatch needs a decoder on a LlamaCppModel")
-        self.decoder = decoder
+        super().__init__(decoder)
         self.context = decoder.model.context
         decoder.model._session = None  # the context's sequences are this batch's from now on
         self.context.clear()
-        self.rows: list[BatchRow] = []
-        self.joining: list[BatchRow] = []
         self.max_prefixes = prefixes
         self.min_prefix = min_prefix
         self._free = list(range(self.context.sequences))
         self._seq: dict[int, int] = {}  # id(row) -> its sequence
         self._length: dict[int, int] = {}  # id(row) -> positions its sequence holds
         self._prefixes: OrderedDict[tuple[int, ...], int] = OrderedDict()  # prompt -> its sequence
-        self._bitmask = np.empty((0, (decoder.vocab.size + 31) // 32), dtype=np.int32)
-
-    def __len__(self) -> int:
-        """Rows live or waiting to join."""
-        return len(self.rows) + len(self.joining)
-
-    def add(
-        self,
-        prompt: Sequence[int],
-        policy: Controller,
-        params: SamplingParams = SamplingParams(),
-        *,
-        max_new_tokens: int = 256,
-        jump_forward: bool = True,
-        on_token: Callable[[int, CallEvent | None], None] | None = None,
-        on_call: Callable[[CallEvent], str | None] | None = None,
-    ) -> BatchRow:
-        """Queue a sequence; it joins the batch at the next step. `on_call` works as in `Decoder.generate`."""
-        if not prompt:
-            raise ValueError("a prompt needs at least one token")
-        row = BatchRow(list(prompt), policy, params, max_new_tokens, jump_forward, on_token, on_call)
-        row.generator = params.generator()
-        row.pending = list(prompt)
-        self.joining.append(row)
-        return row
-
-    def remove(self, row: BatchRow) -> None:
-        """Drop a row (its client left): it takes no further part, and its sequence is freed at the next step."""
-        row.finished = True
-        if row in self.joining:
-            self.joining.remove(row)
 
     @torch.inference_mode()
     def step(self) -> list[BatchRow]:
         """One decoding step of every row; returns the rows that finished in it (stop, length or error)."""
-        finished: list[BatchRow] = []
         self._release()
-        joining, self.joining = self.joining, []
-        for row in joining:
-            if row.jump_forward and not row.policy.done:
-                self._safely(row, self._take_forced)
-                if row.finished:
-                    finished.append(row)
-        joining = [r for r in joining if not r.finished]
+        joining, finished = self._jump_joiners()
         self._share_within(joining)
         for row in joining:
             self._join(row)
@@ -216,39 +176,6 @@ class LlamaBatch:
             self.context.drop(seq)
             self._free.append(seq)
         self.rows = [r for r in self.rows if not r.finished]
-
-    def _sample(self, row: BatchRow, logits: torch.Tensor) -> None:
-        """Sample the row's next token and take what follows it (a forced stretch, a tool's result)."""
-        token = sample_token(logits, row.params, row.generator)
-        row.gen.sampled_tokens += 1
-        row.pending.append(token)
-        self.decoder._feed(0, row.policy, row.gen, token, row.pending, self._on_call(row), row.on_token)
-        if not row.policy.done and row.jump_forward:
-            self._take_forced(row)
-
-    def _take_forced(self, row: BatchRow) -> None:
-        self.decoder._take_forced(0, row.policy, row.gen, row.pending, self._on_call(row), row.on_token)
-
-    @staticmethod
-    def _on_call(row: BatchRow) -> Callable[[int, CallEvent], str | None] | None:
-        on_call = row.on_call
-        return None if on_call is None else (lambda _row, event: on_call(event))
-
-    def _safely(self, row: BatchRow, action: Callable[[BatchRow], None]) -> None:
-        """Run one row's part of the step; an error ends that row (finish_reason "error"), not the batch."""
-        try:
-            action(row)
-        except Exception as exc:  # noqa: BLE001 -- one row's failure must not take the others down
-            row.error = f"{type(exc).__name__}: {exc}"
-            row.finished = True
-            row.gen.finish_reason = "error"
-            self.decoder._finish(row.policy, row.gen)
-
-    def _end(self, row: BatchRow, reason: str, finished: list[BatchRow]) -> None:
-        row.finished = True
-        row.gen.finish_reason = reason
-        self.decoder._finish(row.policy, row.gen)
-        finished.append(row)
 
 
 def _shared(a: Sequence[int], b: Sequence[int]) -> int:

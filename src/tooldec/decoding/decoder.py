@@ -439,36 +439,15 @@ class BatchRow:
     error: str | None = None
 
 
-class ContinuousBatch:
-    """Continuous batching on a Decoder: rows join and leave between steps, each with its own policy,
-    sampling parameters and token budget.
+class RowBatch:
+    """What every continuous batch shares, whatever runs the model: rows join between steps (each with its own
+    policy, sampling parameters and token budget) and leave when they finish or their client goes; each is
+    sampled and fed through the Decoder's policy steps. Subclasses run the model (`step`)."""
 
-    A step runs the live rows' pending tokens through the model in one pass; rows added since the last step are
-    prefilled in a second pass and their caches slotted in (left-padded to the batch's positions). Then, as in
-    `Decoder.generate`, every row's mask is filled in one batched call, applied to the logits in place, and each
-    row samples, takes its forced stretch and reports its tokens. Not thread-safe: call `add`, `remove` and
-    `step` from one thread at a time (a server calls `step` in a worker thread and the others between steps).
-
-    With a model under shared-prefix attention (`Decoder.shares_prefix`), rows that join an empty batch
-    starting with a kept prompt prefix (the same system message and tools) keep its positions once for the
-    whole batch (`shared_attention`); their caches hold only their own positions. A later row joins that
-    sharing if its prompt starts with those positions; one that shares fewer makes the batch keep only what
-    all rows share, the rest copied into every live row (all of it when that is shorter than `min_prefix`).
-    """
-
-    def __init__(self, decoder: Decoder, *, prefixes: int = 8, min_prefix: int = 32) -> None:
-        """Decode with `decoder`'s model and vocabulary. The KV cache of the last `prefixes` prompts of at
-        least `min_prefix` tokens is kept: a joining prompt that starts with `min_prefix` or more of the same
-        tokens (the same system message and tools) takes those positions from it instead of a forward pass."""
+    def __init__(self, decoder: Decoder) -> None:
         self.decoder = decoder
         self.rows: list[BatchRow] = []
         self.joining: list[BatchRow] = []
-        self.max_prefixes = prefixes
-        self.min_prefix = min_prefix
-        self._prefixes: OrderedDict[tuple[int, ...], PromptPrefix] = OrderedDict()
-        self._cache: SlotCache | None = None
-        self._attention: torch.Tensor | None = None
-        self._shared: PromptPrefix | None = None  # the positions every row reads once (shared-prefix attention)
         self._bitmask = np.empty((0, (decoder.vocab.size + 31) // 32), dtype=np.int32)
 
     def __len__(self) -> int:
@@ -496,23 +475,91 @@ class ContinuousBatch:
         return row
 
     def remove(self, row: BatchRow) -> None:
-        """Drop a row (its client left): it takes no further part, and its slot is freed at the next step."""
+        """Drop a row (its client left): it takes no further part, and its place is freed at the next step."""
         row.finished = True
         if row in self.joining:
             self.joining.remove(row)
 
-    @torch.inference_mode()
-    def step(self) -> list[BatchRow]:
-        """One decoding step of every row; returns the rows that finished in it (stop, length or error)."""
+    def _jump_joiners(self) -> tuple[list[BatchRow], list[BatchRow]]:
+        """Take the rows waiting to join, each first taking the text its policy forces; returns (those still
+        live, those that finished on the way)."""
         finished: list[BatchRow] = []
-        self._compact()
         joining, self.joining = self.joining, []
         for row in joining:
             if row.jump_forward and not row.policy.done:
                 self._safely(row, self._take_forced)
                 if row.finished:
                     finished.append(row)
-        joining = [r for r in joining if not r.finished]
+        return [r for r in joining if not r.finished], finished
+
+    def _sample(self, row: BatchRow, logits: torch.Tensor) -> None:
+        """Sample the row's next token and take what follows it (a forced stretch, a tool's result)."""
+        token = sample_token(logits, row.params, row.generator)
+        row.gen.sampled_tokens += 1
+        row.pending.append(token)
+        self.decoder._feed(0, row.policy, row.gen, token, row.pending, self._on_call(row), row.on_token)
+        if not row.policy.done and row.jump_forward:
+            self._take_forced(row)
+
+    def _take_forced(self, row: BatchRow) -> None:
+        self.decoder._take_forced(0, row.policy, row.gen, row.pending, self._on_call(row), row.on_token)
+
+    @staticmethod
+    def _on_call(row: BatchRow) -> OnCall | None:
+        on_call = row.on_call
+        return None if on_call is None else (lambda _row, event: on_call(event))
+
+    def _safely(self, row: BatchRow, action: Callable[[BatchRow], None]) -> None:
+        """Run one row's part of the step; an error ends that row (finish_reason "error"), not the batch."""
+        try:
+            action(row)
+        except Exception as exc:  # noqa: BLE001 -- one row's failure must not take the others down
+            row.error = f"{type(exc).__name__}: {exc}"
+            row.finished = True
+            row.gen.finish_reason = "error"
+            self.decoder._finish(row.policy, row.gen)
+
+    def _end(self, row: BatchRow, reason: str, finished: list[BatchRow]) -> None:
+        row.finished = True
+        row.gen.finish_reason = reason
+        self.decoder._finish(row.policy, row.gen)
+        finished.append(row)
+
+
+class ContinuousBatch(RowBatch):
+    """Continuous batching on a Decoder: rows join and leave between steps, each with its own policy,
+    sampling parameters and token budget.
+
+    A step runs the live rows' pending tokens through the model in one pass; rows added since the last step are
+    prefilled in a second pass and their caches slotted in (left-padded to the batch's positions). Then, as in
+    `Decoder.generate`, every row's mask is filled in one batched call, applied to the logits in place, and each
+    row samples, takes its forced stretch and reports its tokens. Not thread-safe: call `add`, `remove` and
+    `step` from one thread at a time (a server calls `step` in a worker thread and the others between steps).
+
+    With a model under shared-prefix attention (`Decoder.shares_prefix`), rows that join an empty batch
+    starting with a kept prompt prefix (the same system message and tools) keep its positions once for the
+    whole batch (`shared_attention`); their caches hold only their own positions. A later row joins that
+    sharing if its prompt starts with those positions; one that shares fewer makes the batch keep only what
+    all rows share, the rest copied into every live row (all of it when that is shorter than `min_prefix`).
+    """
+
+    def __init__(self, decoder: Decoder, *, prefixes: int = 8, min_prefix: int = 32) -> None:
+        """Decode with `decoder`'s model and vocabulary. The KV cache of the last `prefixes` prompts of at
+        least `min_prefix` tokens is kept: a joining prompt that starts with `min_prefix` or more of the same
+        tokens (the same system message and tools) takes those positions from it instead of a forward pass."""
+        super().__init__(decoder)
+        self.max_prefixes = prefixes
+        self.min_prefix = min_prefix
+        self._prefixes: OrderedDict[tuple[int, ...], PromptPrefix] = OrderedDict()
+        self._cache: SlotCache | None = None
+        self._attention: torch.Tensor | None = None
+        self._shared: PromptPrefix | None = None  # the positions every row reads once (shared-prefix attention)
+
+    @torch.inference_mode()
+    def step(self) -> list[BatchRow]:
+        """One decoding step of every row; returns the rows that finished in it (stop, length or error)."""
+        self._compact()
+        joining, finished = self._jump_joiners()
         parts: list[torch.Tensor] = []
         order: list[BatchRow] = []
         t_model = time.perf_counter()
@@ -557,39 +604,6 @@ class ContinuousBatch:
             elif row.policy.done:
                 self._end(row, "stop", finished)
         return finished
-
-    def _sample(self, row: BatchRow, logits: torch.Tensor) -> None:
-        """Sample the row's next token and take what follows it (a forced stretch, a tool's result)."""
-        token = sample_token(logits, row.params, row.generator)
-        row.gen.sampled_tokens += 1
-        row.pending.append(token)
-        self.decoder._feed(0, row.policy, row.gen, token, row.pending, self._on_call(row), row.on_token)
-        if not row.policy.done and row.jump_forward:
-            self._take_forced(row)
-
-    def _take_forced(self, row: BatchRow) -> None:
-        self.decoder._take_forced(0, row.policy, row.gen, row.pending, self._on_call(row), row.on_token)
-
-    @staticmethod
-    def _on_call(row: BatchRow) -> OnCall | None:
-        on_call = row.on_call
-        return None if on_call is None else (lambda _row, event: on_call(event))
-
-    def _safely(self, row: BatchRow, action: Callable[[BatchRow], None]) -> None:
-        """Run one row's part of the step; an error ends that row (finish_reason "error"), not the batch."""
-        try:
-            action(row)
-        except Exception as exc:  # noqa: BLE001 -- one row's failure must not take the others down
-            row.error = f"{type(exc).__name__}: {exc}"
-            row.finished = True
-            row.gen.finish_reason = "error"
-            self.decoder._finish(row.policy, row.gen)
-
-    def _end(self, row: BatchRow, reason: str, finished: list[BatchRow]) -> None:
-        row.finished = True
-        row.gen.finish_reason = reason
-        self.decoder._finish(row.policy, row.gen)
-        finished.append(row)
 
     def _compact(self) -> None:
         """Free the slots of finished rows, and positions no live row attends to any more."""
