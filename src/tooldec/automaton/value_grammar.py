@@ -32,7 +32,6 @@ PUNCTUATION = frozenset(b"{}[],: \t\n\r")
 WORD = frozenset(b"+-.0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 """Bytes of numbers and literals (`true`, `null`, ...): such a token runs while the next byte is one of them."""
 QUOTE, BACKSLASH = 0x22, 0x5C
-HEX = frozenset(b"0123456789abcdefABCDEF")
 _IN, _ESCAPE = 0, 1  # string modes; 2..5 are the four digits of a \u escape
 
 Automaton = tuple[np.ndarray, np.ndarray, np.ndarray, int]
@@ -107,8 +106,8 @@ class _Terminals:
         self._ids: dict[bytes, int] = {}
 
     def add(self, automaton: Automaton, name: str) -> int:
-        """The terminal of `automaton` (states numbered breadth first from start 1, as `_token_automaton` builds
-        them, so equal structures over the same byte classes are equal arrays)."""
+        """The terminal of `automaton` (states numbered in a walk's breadth-first order, as `_Walk.automaton`
+        builds them, so equal structures over the same byte classes are equal arrays)."""
         trans, classes, accepting, _ = automaton
         key = b"|".join((trans.tobytes(), str(trans.shape).encode(), classes.tobytes(), accepting.tobytes()))
         got = self._ids.get(key)
@@ -131,7 +130,7 @@ class _Rule:
         self.accepting: list[int] = []
         self._strings: dict[int, list[tuple[int, int]]] = {}  # first state inside a string -> (terminal, landing)
         self._words: dict[int, list[tuple[int, int]]] = {}
-        self._single: dict[tuple[int, int], int] = {}
+        self._single: dict[int, int] = {}  # punctuation byte -> its terminal
         self._trans = np.asarray(dfa.trans)
         self._classes = np.asarray(dfa.classes)
         self._refinements: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -175,13 +174,12 @@ class _Rule:
                     raise NotTokenizable(f"byte {b:#04x} starts no JSON token (rule {self.index})")
 
     def _single_terminal(self, byte: int) -> int:
-        key = (byte, 0)
-        got = self._single.get(key)
+        got = self._single.get(byte)
         if got is None:
             trans = np.array([[0, 0], [0, 2], [0, 0]], dtype=np.int32)
             classes = np.zeros(256, dtype=np.uint8)
             classes[byte] = 1
-            got = self._single[key] = self.terminals.add(
+            got = self._single[byte] = self.terminals.add(
                 (trans, classes, np.array([False, False, True]), 1), repr(chr(byte)))
         return got
 
@@ -216,12 +214,12 @@ class _Rule:
 
     def _refined(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
         """Byte classes for one token kind: bytes the rule's DFA treats alike and the token's modes too (a quote,
-        a backslash, `u`, a hex digit, any other byte; a word byte or not). Returns (class per byte, a byte per
+        a backslash, `u`, any other byte; a word byte or not). Returns (class per byte, a byte per
         class)."""
         got = self._refinements.get(kind)
         if got is None:
             category = _STRING_CATEGORY if kind == "string" else _WORD_CATEGORY
-            key = np.asarray(self.dfa.classes).astype(np.int64) * 8 + category
+            key = self._classes.astype(np.int64) * 8 + category
             _, reps, inverse = np.unique(key, return_index=True, return_inverse=True)
             got = self._refinements[kind] = (inverse.reshape(-1).astype(np.uint8), reps)
         return got
@@ -232,8 +230,8 @@ class _Rule:
         time, and make one terminal per landing state."""
         classes, reps = self._refined(kind)
         table = self._modes(kind)
-        columns = np.asarray(self.dfa.classes)[reps]
-        trans = np.asarray(self.dfa.trans)
+        columns = self._classes[reps]
+        trans = self._trans
         ids: dict[int, int] = {}  # product key (state * 8 + mode) -> id; id 0, the virtual start, has no key
         size = 1
         src: list[np.ndarray] = []
@@ -293,6 +291,7 @@ class _Rule:
             self._word_ends_cache = np.asarray(self.dfa.accepting, dtype=bool) | (self._trans[:, non_word] != 0).any(axis=1)
         return self._word_ends_cache
 
+
 def _categories(groups: list[frozenset[int] | set[int]]) -> np.ndarray:
     out = np.zeros(256, dtype=np.int64)
     for i, group in enumerate(groups, start=1):
@@ -300,7 +299,7 @@ def _categories(groups: list[frozenset[int] | set[int]]) -> np.ndarray:
     return out
 
 
-_STRING_CATEGORY = _categories([{QUOTE}, {BACKSLASH}, {0x75}, set(HEX)])
+_STRING_CATEGORY = _categories([{QUOTE}, {BACKSLASH}, {0x75}])
 _WORD_CATEGORY = _categories([set(WORD)])
 _CLOSES = -2
 

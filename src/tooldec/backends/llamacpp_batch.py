@@ -15,13 +15,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from tooldec.backends.llamacpp import LlamaCppModel
-from tooldec.decoding.controller import fill_bitmasks
 from tooldec.decoding.decoder import BatchRow, Decoder, RowBatch, feed_width
-from tooldec.decoding.sampling import apply_token_bitmask_inplace
 
 
 class LlamaBatch(RowBatch):
@@ -67,27 +64,7 @@ class LlamaBatch(RowBatch):
             row.gen.forward_passes += 1
             row.gen.model_seconds += seconds
         self._remember([r for r in joining if not r.finished])
-        sampling: list[int] = []
-        for i, row in enumerate(order):
-            if row.policy.done:
-                self._end(row, "stop", finished)
-            elif row.gen.sampled_tokens + row.gen.forced_tokens >= row.max_new_tokens:
-                self._end(row, "length", finished)
-            elif not row.pending:  # else its tokens are still being fed: no logits to sample from yet
-                sampling.append(i)
-        if sampling:
-            if self._bitmask.shape[0] < len(order):
-                self._bitmask = np.empty((2 * len(order), self._bitmask.shape[1]), dtype=np.int32)
-            fill_bitmasks([order[i].policy for i in sampling], self._bitmask, sampling)
-            apply_token_bitmask_inplace(logits, self._bitmask[: len(order)], sampling)
-        for i in sampling:
-            row = order[i]
-            self._safely(row, lambda r, i=i: self._sample(r, logits[i]))  # type: ignore[misc]
-            if row.finished:
-                finished.append(row)
-            elif row.policy.done:
-                self._end(row, "stop", finished)
-        return finished
+        return self._sample_rows(order, logits, finished)
 
     def _join(self, row: BatchRow) -> None:
         """Give a joining row a sequence, starting from the kept prompt it shares most with."""

@@ -480,6 +480,32 @@ class RowBatch:
         if row in self.joining:
             self.joining.remove(row)
 
+    def _sample_rows(self, order: list[BatchRow], logits: torch.Tensor, finished: list[BatchRow]) -> list[BatchRow]:
+        """After a forward pass whose logits row i is `order[i]`'s: end the rows that are done or out of tokens,
+        fill and apply the others' masks in one call each, and sample them; returns `finished` with the rows
+        that ended."""
+        sampling: list[int] = []
+        for i, row in enumerate(order):
+            if row.policy.done:
+                self._end(row, "stop", finished)
+            elif row.gen.sampled_tokens + row.gen.forced_tokens >= row.max_new_tokens:
+                self._end(row, "length", finished)
+            elif not row.pending:  # else its forced tokens are still being fed: no logits to sample from yet
+                sampling.append(i)
+        if sampling:
+            if self._bitmask.shape[0] < len(order):
+                self._bitmask = np.empty((2 * len(order), self._bitmask.shape[1]), dtype=np.int32)
+            fill_bitmasks([order[i].policy for i in sampling], self._bitmask, sampling)
+            apply_token_bitmask_inplace(logits, self._bitmask[: len(order)], sampling)
+        for i in sampling:
+            row = order[i]
+            self._safely(row, lambda r, i=i: self._sample(r, logits[i]))  # type: ignore[misc]
+            if row.finished:
+                finished.append(row)
+            elif row.policy.done:
+                self._end(row, "stop", finished)
+        return finished
+
     def _jump_joiners(self) -> tuple[list[BatchRow], list[BatchRow]]:
         """Take the rows waiting to join, each first taking the text its policy forces; returns (those still
         live, those that finished on the way)."""
@@ -581,29 +607,10 @@ class ContinuousBatch(RowBatch):
             return finished
         seconds = time.perf_counter() - t_model
         logits = torch.cat(parts) if len(parts) > 1 else parts[0]
-        sampling: list[int] = []
-        for i, row in enumerate(order):
+        for row in order:
             row.gen.forward_passes += 1
             row.gen.model_seconds += seconds
-            if row.policy.done:
-                self._end(row, "stop", finished)
-            elif row.gen.sampled_tokens + row.gen.forced_tokens >= row.max_new_tokens:
-                self._end(row, "length", finished)
-            elif not row.pending:  # else its forced tokens are still being fed: no logits to sample from yet
-                sampling.append(i)
-        if sampling:
-            if self._bitmask.shape[0] < len(order):
-                self._bitmask = np.empty((2 * len(order), self._bitmask.shape[1]), dtype=np.int32)
-            fill_bitmasks([order[i].policy for i in sampling], self._bitmask, sampling)
-            apply_token_bitmask_inplace(logits, self._bitmask[: len(order)], sampling)
-        for i in sampling:
-            row = order[i]
-            self._safely(row, lambda r, i=i: self._sample(r, logits[i]))  # type: ignore[misc]
-            if row.finished:
-                finished.append(row)
-            elif row.policy.done:
-                self._end(row, "stop", finished)
-        return finished
+        return self._sample_rows(order, logits, finished)
 
     def _compact(self) -> None:
         """Free the slots of finished rows, and positions no live row attends to any more."""
