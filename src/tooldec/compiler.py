@@ -290,8 +290,6 @@ class Compiler:
                     grammar = value_grammar(start, comp.rules, self.threads)
                     return CompiledCfg(compile_cfg(grammar, self.prepared, self.threads), grammar, self.prepared,
                                        parse=json.loads)
-                except EmptyGrammarError:
-                    raise
                 except (NotTokenizable, GrammarError):  # the pushdown guide cannot take it: the bounded reading
                     comp = SchemaCompiler(schema, decide=KeyLanguage, max_ref_depth=self.max_ref_depth,
                                           additional_properties=additional_properties)
