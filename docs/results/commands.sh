@@ -9,31 +9,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 m=$1; n=${2:-all}
-runs=docs/results/runs
-shared=${TOOLDEC_SHARED:-../shared}
-locks=${TMPDIR:-/tmp}/tooldec-run-locks; mkdir -p "$locks"
-# glibc keeps freed tensors for reuse instead of unmapping them: a batch's decode steps take a sixth less time
-# here (SmolLM2, 8 RestBench prompts, 60 steps: 31.5 -> 26.9 s, system time 6.3 -> 2.1 s); results are the same
-export MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=1000000000
-ev() {  # ev BENCHMARK DECODING BATCH [options...]: one run into $runs/<name>
-  local b=$1 d=$2 bs=$3; shift 3
-  local name=$b
-  [[ " $* " == *" --tools "* ]] && name=$b-$(sed 's/.*--tools \([0-9]*\).*/\1/' <<< "$*")
-  local suffix=""
-  [[ " $* " == *" --compressed "* ]] && suffix=-compressed
-  [[ " $* " == *" --tool-choice required"* ]] && suffix=$suffix-required
-  [[ " $* " == *" --format hermes-lines"* ]] && suffix=$suffix-lines
-  local limit=(); [ "$n" != all ] && limit=(--limit "$n")
-  local replay=()  # one-shot benchmarks: fuzzy scores the free run's generations instead of decoding them again
-  if [ "$d" = fuzzy ] && [[ $b == kamel || $b == bfcl-* ]]; then
-    replay=(--replay "$runs/$name-$m-free$suffix")
-    flock "$locks/$name-$m-free$suffix" true  # another chain may still be writing the free run
-  fi
-  flock -n "$locks/$name-$m-$d$suffix" tooldec eval "$b" --model "$m" --decoding "$d" "${limit[@]}" --threads 1 \
-    --batch-size "$bs" --resume --out "$runs/$name-$m-$d$suffix" "${replay[@]}" "$@" \
-    || echo "$name-$m-$d$suffix: skipped or failed (status $?)" >&2
-}
-modes() { for d in tooldec free fuzzy; do ev "$1" $d "${@:2}"; done; }  # modes BENCHMARK BATCH [options...]
+source docs/results/ev.sh
 modes kamel 1 --tools 30
 modes kamel 1 --tools 234
 modes kamel 1 --tools 60  # with 30 and 234: the curve of accuracy against the number of tools (KAMEL, Figure 5)
