@@ -17,7 +17,7 @@ from tooldec import _core
 from tooldec.automaton.dfa import DEAD, DFA, MAX_DFA_STATES, from_core
 from tooldec.automaton.product import difference, intersect
 from tooldec.errors import UnsupportedSchemaError
-from tooldec.grammar.ir import Alt, Bytes, Difference, Fields, Intersect, Node, Repeat, Seq
+from tooldec.grammar.ir import Alt, Bytes, Difference, Divisible, Fields, Intersect, Node, Repeat, Seq
 
 MAX_NFA_STATES = 2_000_000
 """NFA states one compile may build (bounded repeats unroll; a schema past this is refused as too large)."""
@@ -101,6 +101,10 @@ class _Table:
             dfa = self.products.get(node) if self.products is not None else _product(node, None)
             self.dfas.append((np.ascontiguousarray(dfa.trans, dtype=np.int32), dfa.classes, dfa.accepting, dfa.start))
             record = [_EMBED, len(self.dfas) - 1]
+        elif kind is Divisible:
+            assert isinstance(node, Divisible)
+            self.dfas.append(_remainder_arrays(node.divisor))
+            record = [_EMBED, len(self.dfas) - 1]
         else:
             raise TypeError(f"not a grammar node: {node!r}")
         self.code += record
@@ -112,6 +116,22 @@ class _Table:
         """The byte masks as `uint8[n, 32]`, row i = mask id i (little-endian bits)."""
         data = b"".join(m.to_bytes(32, "little") for m in self.masks)
         return np.frombuffer(data, dtype=np.uint8).reshape(-1, 32)
+
+
+def _remainder_arrays(divisor: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """The DFA of `Divisible(divisor)` as the core's arrays: state r + 1 holds remainder r of the digits read so
+    far (start 1, accepting 1), a digit d moves r to (10 r + d) mod divisor, `.` stays; byte classes 1-10 are the
+    digits, 11 the dot, 0 every other byte (dead)."""
+    classes = np.zeros(256, dtype=np.uint8)
+    classes[0x30:0x3A] = np.arange(1, 11, dtype=np.uint8)
+    classes[ord(".")] = 11
+    remainders = np.arange(divisor, dtype=np.int64)
+    trans = np.zeros((divisor + 1, 12), dtype=np.int32)
+    trans[1:, 1:11] = (10 * remainders[:, None] + np.arange(10)) % divisor + 1
+    trans[1:, 11] = remainders + 1
+    accepting = np.zeros(divisor + 1, dtype=bool)
+    accepting[1] = True
+    return trans, classes, accepting, 1
 
 
 def _product(node: Intersect | Difference, products: ProductCache | None) -> DFA:

@@ -101,7 +101,22 @@ class Difference:
     __hash__ = _cached_hash
 
 
-Node = Bytes | Seq | Alt | Repeat | Fields | Intersect | Difference
+@dataclass(frozen=True, slots=True)
+class Divisible:
+    """Decimal digit strings, any `.` skipped, whose value is a multiple of `divisor` (coprime to 10, so trailing
+    zeros change nothing; the empty string counts as 0). The automaton layer builds its remainder automaton
+    directly, `divisor` states: as a regular expression it grows exponentially (state elimination)."""
+
+    divisor: int
+    _h: int = field(default=0, compare=False, repr=False)
+    __hash__ = _cached_hash
+
+    def __post_init__(self) -> None:
+        if self.divisor < 1 or self.divisor % 2 == 0 or self.divisor % 5 == 0:
+            raise ValueError(f"divisibility by {self.divisor}: the divisor must be positive and coprime to 10")
+
+
+Node = Bytes | Seq | Alt | Repeat | Fields | Intersect | Difference | Divisible
 
 EMPTY: Node = Seq(())
 NOTHING: Node = Alt(())

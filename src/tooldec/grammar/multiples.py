@@ -8,8 +8,8 @@ exponent (`instance / multipleOf` must come out integral). Two constructions:
   exactly (integral values also with `.0` for `number`).
 * Digit structure, otherwise. With m = p / (2^a 5^b) in lowest terms, every multiple of s = p / 2^a is a
   multiple of m whose binary value is exact, and a decimal `I.F` (F padded to a digits, so D = I·10^a + F) is
-  one exactly when 5^a·p divides D. Divisibility by 2^x 5^y is a condition on the last digits of D; by 3 or 7
-  a small remainder automaton (as a regex); other prime factors are refused. Multiples of m that are not
+  one exactly when 5^a·p divides D. Divisibility by 2^x 5^y is a condition on the last digits of D; by the
+  rest of p (coprime to 10, at most MAX_DIVISOR) a remainder automaton over D's digits (`Divisible`). Multiples of m that are not
   multiples of s (0.07 for 0.01, whose binary test fails in Python anyway) are left out, as are exponent
   spellings and, where the float test needs it, magnitudes from 2^53·m on: a subset, never a superset.
 """
@@ -22,8 +22,8 @@ from fractions import Fraction
 from tooldec.errors import UnsupportedSchemaError
 from tooldec.grammar.ir import (
     EMPTY,
-    Bytes,
     Difference,
+    Divisible,
     Intersect,
     Node,
     Repeat,
@@ -44,8 +44,8 @@ from tooldec.grammar.numbers import (
 
 MAX_ENUMERATED = 2_000
 MAX_SUFFIXES = 1_000
-# Remainder automata small enough as regexes (state elimination grows fast: 9 and 11 are already huge).
-SUPPORTED_PRIMES = (3, 7)
+MAX_DIVISOR = 1_000
+"""The largest factor coprime to 10 a multiple's digits are checked against (its remainder automaton's states)."""
 
 
 def _decimal(value: Fraction) -> str:
@@ -96,29 +96,6 @@ def _prime_powers(n: int) -> dict[int, int]:
     if n > 1:
         out[n] = out.get(n, 0) + 1
     return out
-
-
-def _remainder_regex(r: int) -> Node:
-    """Digit strings (with any `.` ignored) whose value is divisible by r, by state elimination."""
-    dot = 1 << ord(".")
-    edges: list[list[Node | None]] = [[None] * r for _ in range(r)]
-    for i in range(r):
-        for j in range(r):
-            mask = sum(1 << (0x30 + d) for d in range(10) if (10 * i + d) % r == j)
-            if i == j:
-                mask |= dot
-            edges[i][j] = Bytes(mask) if mask else None
-    for k in range(r - 1, 0, -1):
-        loop = star(edges[k][k]) if edges[k][k] is not None else EMPTY
-        for i in range(k):
-            if edges[i][k] is None:
-                continue
-            for j in range(k):
-                if edges[k][j] is None:
-                    continue
-                path = seq(edges[i][k], loop, edges[k][j])  # type: ignore[arg-type]
-                edges[i][j] = path if edges[i][j] is None else alt(edges[i][j], path)  # type: ignore[arg-type]
-    return star(edges[0][0]) if edges[0][0] is not None else EMPTY
 
 
 def _integer_ending(u: str) -> Node:
@@ -202,15 +179,14 @@ def multiples(
     a = _prime_powers(step.denominator).get(2, 0)
     divisor = step.numerator * 5**a  # D = value·10^a must be a multiple of it
     powers = _prime_powers(divisor)
-    others = {p: e for p, e in powers.items() if p not in (2, 5)}
-    for p, e in others.items():
-        if p not in SUPPORTED_PRIMES or e > 1:
-            raise UnsupportedSchemaError(
-                "multipleOf", detail=f"{m!r}: divisibility by {p ** e} has no small regular expression"
-            )
+    coprime = math.prod(p**e for p, e in powers.items() if p not in (2, 5))
+    if coprime > MAX_DIVISOR:
+        raise UnsupportedSchemaError(
+            "multipleOf", detail=f"{m!r}: divisibility by {coprime} needs more than {MAX_DIVISOR:,} remainders"
+        )
     magnitude = _suffix_language(powers.get(2, 0), powers.get(5, 0), 0 if integer else a, integer=integer)
-    for p in others:
-        magnitude = Intersect((magnitude, _remainder_regex(p)))
+    if coprime > 1:
+        magnitude = Intersect((magnitude, Divisible(coprime)))
     node = _signed(magnitude)
     bound = None
     if isinstance(m, float) or not integer:

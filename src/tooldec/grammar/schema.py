@@ -33,6 +33,7 @@ from tooldec.grammar.ir import (
     Alt,
     Bytes,
     Difference,
+    Divisible,
     Fields,
     Intersect,
     Node,
@@ -1262,6 +1263,8 @@ def _ir_size(node: Node, memo: dict[int, int] | None = None) -> int:
             size = sum(_ir_size(n, memo) for n, _ in node.items) + len(node.items) * _ir_size(node.sep, memo)
         elif isinstance(node, Difference):
             size = _ir_size(node.left, memo) + _ir_size(node.right, memo)
+        elif isinstance(node, Divisible):
+            size = node.divisor
         else:
             size = 1 + sum(_ir_size(n, memo) for n in node.items)
         memo[key] = size
@@ -1290,6 +1293,8 @@ def _max_bytes(node: Node, memo: dict[int, float] | None = None) -> float:
             size = sum(max(_max_bytes(n, memo), 0) for n, _ in node.items) + len(node.items) * _max_bytes(node.sep, memo)
         elif isinstance(node, Intersect):
             size = min(_max_bytes(n, memo) for n in node.items)
+        elif isinstance(node, Divisible):
+            size = math.inf
         else:
             size = _max_bytes(node.left, memo)
         memo[key] = size
@@ -1314,6 +1319,8 @@ def _min_bytes(node: Node, memo: dict[int, float] | None = None) -> float:
             size = sum(_min_bytes(n, memo) for n, r in node.items if r)
         elif isinstance(node, Intersect):
             size = max(_min_bytes(n, memo) for n in node.items)
+        elif isinstance(node, Divisible):
+            size = 0
         else:
             size = _min_bytes(node.left, memo)
         memo[key] = size
