@@ -4,14 +4,15 @@ response objects, streamed or not.
 Fields OpenAI defines that this server does not implement are refused with a 400 when they would change the
 answer (`n` > 1, `logprobs`, penalties other than 0), and ignored when they would not (`user`, `metadata`).
 vLLM's `structured_outputs` is read for its `json`, `regex`, `choice` or `grammar` (the openai client sends it
-through `extra_body`).
+through `extra_body`). `tools` holds function tools and OpenAI's custom tools (`{"type": "custom", "custom":
+{"name", "description", "format"}}`, their format read by `tooldec.specs.from_openai_tools`).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,12 +30,20 @@ class FunctionCallIn(_Model):
     arguments: str = "{}"
 
 
+class CustomCallIn(_Model):
+    """A call of a custom tool an assistant message made: the tool's name and its text input."""
+
+    name: str
+    input: str = ""
+
+
 class ToolCallIn(_Model):
-    """One entry of an assistant message's `tool_calls`."""
+    """One entry of an assistant message's `tool_calls`: a function call, or a custom tool's (`type` "custom")."""
 
     id: str
-    type: Literal["function"] = "function"
-    function: FunctionCallIn
+    type: Literal["function", "custom"] = "function"
+    function: FunctionCallIn | None = None
+    custom: CustomCallIn | None = None
 
 
 class ContentPart(_Model):
@@ -70,6 +79,24 @@ class Tool(_Model):
     function: FunctionDef
 
 
+class CustomDef(_Model):
+    """A custom tool: its name, description and input `format` (text, or a Lark or regex grammar)."""
+
+    name: str
+    description: str | None = None
+    format: dict[str, Any] | None = None
+
+
+class CustomTool(_Model):
+    """One custom entry of `tools`: its call carries one text input in the tool's format."""
+
+    type: Literal["custom"]
+    custom: CustomDef
+
+
+AnyTool = Annotated[Tool | CustomTool, Field(discriminator="type")]
+
+
 class NamedFunction(_Model):
     name: str
 
@@ -79,6 +106,13 @@ class NamedToolChoice(_Model):
 
     type: Literal["function"]
     function: NamedFunction
+
+
+class NamedCustomChoice(_Model):
+    """`{"type": "custom", "custom": {"name": ...}}`: a call of that custom tool is required."""
+
+    type: Literal["custom"]
+    custom: NamedFunction
 
 
 class JsonSchemaFormat(_Model):
@@ -121,8 +155,8 @@ class ChatCompletionRequest(_Model):
 
     model: str
     messages: list[Message] = Field(min_length=1)
-    tools: list[Tool] | None = Field(default=None, min_length=1)
-    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    tools: list[AnyTool] | None = Field(default=None, min_length=1)
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | NamedCustomChoice | None = None
     parallel_tool_calls: bool = True
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
