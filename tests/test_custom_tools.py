@@ -40,11 +40,12 @@ SQL = r"""
 start: "SELECT " cols " FROM " NAME where?
 cols: NAME ("," NAME)*
 where: " WHERE " NAME "=" VALUE
-NAME: /[a-z]+/
-VALUE: /"[a-z\\\n]*"/ | /[0-9]+/
+NAME: /[a-z]{1,6}/
+VALUE: /"[a-z\\\n]{0,6}"/ | /[0-9]{1,4}/
 """
-"""SQL-ish, with quotes, backslashes and newlines inside values: what the JSON string must escape."""
-CODE = r"[0-9]{2,4}-[a-z]+"
+"""SQL-ish, with quotes, backslashes and newlines inside values: what the JSON string must escape (short names
+and values, so that a random model's calls end)."""
+CODE = r"[0-9]{2,4}-[a-z]{1,5}"
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}
 
 
