@@ -198,3 +198,29 @@ def test_bad_grammars_are_refused_naming_the_tool(compiler: Compiler, fmt: dict[
     with pytest.raises(GrammarError, match=words) as info:
         compiler.compile_custom_calls(tools, "hermes")
     assert info.value.tool == "bad"
+
+
+# --- the vLLM processor's payload (tooldec.integrations.batch): the same tools, the same one builder -----------
+
+def test_a_vllm_payload_with_custom_tools_guides_their_calls(compiler: Compiler) -> None:
+    from tooldec.integrations.batch import PolicyFactory, ToolRequest, check_compiles, tool_payload
+
+    payload = tool_payload(TOOLS, tool_choice={"type": "custom", "custom": {"name": "sql"}})["tooldec"]
+    check_compiles(payload, "hermes")
+    policy = PolicyFactory(compiler, "hermes").policy(ToolRequest.from_payload(payload))
+    for b in written("sql", "SELECT a FROM t").encode():
+        policy.accept_token(b)
+    assert [c.input for e in policy.events for c in e.calls] == ["SELECT a FROM t"]
+
+
+@pytest.mark.parametrize(("tools", "syntax", "words"), [
+    ([custom("c", grammar("lark", "start: nope\n"))], "hermes", "custom tool 'c'"),
+    ([custom("c", grammar("regex", "(?=a)a"))], "hermes", "lookaround"),
+    (TOOLS, "mistral", "JSON calls of their own"),
+])
+def test_a_vllm_payload_with_a_bad_custom_tool_is_refused_before_it_runs(tools: list[dict[str, Any]], syntax: str,
+                                                                          words: str) -> None:
+    from tooldec.integrations.batch import ToolRequestError, check_compiles, tool_payload
+
+    with pytest.raises(ToolRequestError, match=words):
+        check_compiles(tool_payload(tools)["tooldec"], syntax)
