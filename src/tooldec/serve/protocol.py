@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_STOP = 4
 
@@ -72,13 +72,6 @@ class FunctionDef(_Model):
     strict: bool | None = None
 
 
-class Tool(_Model):
-    """One entry of `tools`."""
-
-    type: Literal["function"]
-    function: FunctionDef
-
-
 class CustomDef(_Model):
     """A custom tool: its name, description and input `format` (text, or a Lark or regex grammar)."""
 
@@ -87,14 +80,20 @@ class CustomDef(_Model):
     format: dict[str, Any] | None = None
 
 
-class CustomTool(_Model):
-    """One custom entry of `tools`: its call carries one text input in the tool's format."""
+class Tool(_Model):
+    """One entry of `tools`: a function tool, or a custom tool (`type` "custom"), whose call carries one text input
+    in the tool's format."""
 
-    type: Literal["custom"]
-    custom: CustomDef
+    type: Literal["function", "custom"]
+    function: FunctionDef | None = None
+    custom: CustomDef | None = None
 
-
-AnyTool = Annotated[Tool | CustomTool, Field(discriminator="type")]
+    @model_validator(mode="after")
+    def _has_its_definition(self) -> Tool:
+        """The member named by `type` is given."""
+        if getattr(self, self.type) is None:
+            raise ValueError(f'a {self.type} tool needs "{self.type}"')
+        return self
 
 
 class NamedFunction(_Model):
@@ -155,7 +154,7 @@ class ChatCompletionRequest(_Model):
 
     model: str
     messages: list[Message] = Field(min_length=1)
-    tools: list[AnyTool] | None = Field(default=None, min_length=1)
+    tools: list[Tool] | None = Field(default=None, min_length=1)
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | NamedCustomChoice | None = None
     parallel_tool_calls: bool = True
     max_tokens: int | None = Field(default=None, ge=1)
