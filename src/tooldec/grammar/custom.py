@@ -127,14 +127,17 @@ class _Builder:
         self.rules: list[Rule] = []
 
     def terminal(self, t: Terminal) -> int:
+        """Add a terminal; its symbol."""
         self.terminals.append(t)
         return len(self.terminals) - 1
 
     def nonterminal(self, name: str) -> int:
+        """Add a nonterminal; its (negative) symbol."""
         self.nonterminals.append(name)
         return nonterminal_symbol(len(self.nonterminals) - 1)
 
     def rule(self, lhs: int, *rhs: int) -> None:
+        """Add the rule `lhs -> rhs` (symbols)."""
         self.rules.append(Rule(-lhs - 1, rhs))
 
     def escaped_input(self, tool: str, g: ContextFreeGrammar) -> int:
