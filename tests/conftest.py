@@ -155,3 +155,45 @@ def tiny_llama() -> Callable[..., Any]:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     return _build_tiny_llama
+
+
+ARITH = """
+start: expr
+expr: expr "+" term | term
+term: term "*" factor | factor
+factor: "(" expr ")" | NUMBER
+NUMBER: /[0-9]+/
+"""
+"""Left-recursive arithmetic in Lark, without spaces: the grammar of the structured-output and vLLM grammar tests."""
+
+
+@pytest.fixture(scope="module")
+def factory(vocab: Vocabulary) -> Any:
+    """The vLLM processor's policy factory over the module's `vocab` fixture, in the Hermes syntax."""
+    from tooldec.compiler import Compiler
+    from tooldec.integrations.batch import PolicyFactory
+
+    return PolicyFactory(Compiler(vocab), "hermes")
+
+
+@pytest.fixture(scope="session")
+def chatml_llama(tiny_llama: Callable[..., Any]) -> Callable[..., Any]:
+    """Builder of the serve tests' model: a tiny random Llama over their ChatML tokenizer (test_serve), `<|im_end|>`
+    (EOS) raised by `boost` so that answers end: `chatml_llama(seed, boost, name)` gives a LoadedModel."""
+    import torch
+
+    from tooldec.backends.loader import LoadedModel
+    from tooldec.vocab import Vocabulary
+
+    def build(seed: int, boost: float, name: str) -> LoadedModel:
+        from test_serve import _tokenizer
+
+        hf = _tokenizer()
+        vocab = Vocabulary.from_hf(hf)
+        model = tiny_llama(vocab.size, seed=seed)
+        bias = torch.zeros(vocab.size)
+        bias[hf.convert_tokens_to_ids("<|im_end|>")] = boost
+        model.lm_head.register_forward_hook(lambda _m, _i, out: out + bias)
+        return LoadedModel(model, hf, vocab, name, "test", 0.0)
+
+    return build

@@ -19,12 +19,11 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 lark = pytest.importorskip("lark")
 
-from test_serve import MODEL, USER, Server, _tokenizer
+from test_serve import MODEL, USER, Server
 
 from tooldec.backends.loader import LoadedModel
 from tooldec.grammar.cfg import sniff_syntax
 from tooldec.serve import ServeConfig, create_app
-from tooldec.vocab import Vocabulary
 
 ARITH = """
 start: expr
@@ -50,16 +49,10 @@ item: /[0-9]+/ | /"[a-z]*"/
 
 
 @pytest.fixture(scope="module")
-def lm(tiny_llama) -> Iterator[LoadedModel]:  # type: ignore[no-untyped-def]
+def lm(chatml_llama: Any) -> Iterator[LoadedModel]:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a 32-wide model: more threads only contend on a shared machine
-    hf = _tokenizer()
-    vocab = Vocabulary.from_hf(hf)
-    model = tiny_llama(vocab.size, seed=2)
-    boost = torch.zeros(vocab.size)
-    boost[hf.convert_tokens_to_ids("<|im_end|>")] = 3.0
-    model.lm_head.register_forward_hook(lambda _m, _i, out: out + boost)
-    yield LoadedModel(model, hf, vocab, MODEL, "test", 0.0)
+    yield chatml_llama(2, 3.0, MODEL)
     torch.set_num_threads(threads)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import jsonschema
 import lark
 import pytest
+from conftest import ARITH
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -69,13 +70,6 @@ SCHEMAS: list[dict[str, Any]] = [
     {"type": "array", "items": {"enum": ["red", "green", 3, None]}},
     {"anyOf": [{"type": "string", "pattern": "^[a-c]+$"}, {"type": "number", "maximum": 10}]},
 ]
-ARITH = """
-start: expr
-expr: expr "+" term | term
-term: term "*" factor | factor
-factor: "(" expr ")" | NUMBER
-NUMBER: /[0-9]+/
-"""
 
 
 @pytest.fixture(scope="module")
@@ -212,19 +206,9 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def lm(tiny_llama: Any) -> Any:
+def lm(chatml_llama: Any) -> Any:
     """The tiny random Llama of the serve tests, its byte-level tokenizer, EOS boosted so that outputs end."""
-    from test_serve import _tokenizer
-
-    from tooldec.backends.loader import LoadedModel
-
-    hf = _tokenizer()
-    vocab = Vocabulary.from_hf(hf)
-    model = tiny_llama(vocab.size, seed=3)
-    boost = torch.zeros(vocab.size)
-    boost[hf.convert_tokens_to_ids("<|im_end|>")] = 4.0
-    model.lm_head.register_forward_hook(lambda _m, _i, out: out + boost)
-    return LoadedModel(model, hf, vocab, "tiny", "test", 0.0)
+    return chatml_llama(3, 4.0, "tiny")
 
 
 def test_generator_returns_values_of_every_output_type(lm: Any) -> None:

@@ -13,9 +13,9 @@ import pytest
 torch = pytest.importorskip("torch")
 lark = pytest.importorskip("lark")
 
+from conftest import ARITH
 from test_vllm import TOOLS, Params, Update, allowed_text, apply_update, masked, tooled
 
-from tooldec.compiler import Compiler
 from tooldec.errors import GrammarError
 from tooldec.integrations.batch import (
     GRAMMAR_KEY,
@@ -32,13 +32,6 @@ from tooldec.integrations.batch import (
 )
 from tooldec.vocab import Vocabulary
 
-ARITH = """
-start: expr
-expr: expr "+" term | term
-term: term "*" factor | factor
-factor: "(" expr ")" | NUMBER
-NUMBER: /[0-9]+/
-"""
 WORDS_GBNF = 'root ::= word (" " word)*\nword ::= "cat" | "dog" | [a-c]+\n'
 WORDS_LARK = 'start: word (" " word)*\nword: "cat" | "dog" | /[a-c]+/\n'
 """WORDS_GBNF in Lark, the oracle of its sentences."""
@@ -51,11 +44,6 @@ def vocab() -> Vocabulary:
     pieces += [b"12", b"+(", b")*", b"cat", b" dog", b"<tool_call>"]
     pieces = list(dict.fromkeys(pieces))
     return Vocabulary.from_bytes([*pieces, None], eos_id=len(pieces))
-
-
-@pytest.fixture(scope="module")
-def factory(vocab: Vocabulary) -> PolicyFactory:
-    return PolicyFactory(Compiler(vocab), "hermes")
 
 
 def test_payload_round_trip() -> None:

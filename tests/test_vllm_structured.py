@@ -15,10 +15,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from conftest import ARITH
 from test_vllm import Params, Update, apply_update, masked, tooled
-from test_vllm_grammar import ARITH
 
-from tooldec.compiler import Compiler
 from tooldec.errors import ToolDecError
 from tooldec.integrations.batch import (
     OutputRequest,
@@ -45,11 +44,6 @@ def vocab() -> Vocabulary:
     pieces = [bytes([b]) for b in range(256)] + [b'{"city": "', b'", "days": ', b"yes", b"not", b"12"]
     pieces = list(dict.fromkeys(pieces))
     return Vocabulary.from_bytes([*pieces, None], eos_id=len(pieces))
-
-
-@pytest.fixture(scope="module")
-def factory(vocab: Vocabulary) -> PolicyFactory:
-    return PolicyFactory(Compiler(vocab), "hermes")
 
 
 def test_payload_round_trip() -> None:

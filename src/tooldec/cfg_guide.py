@@ -75,9 +75,10 @@ class CompiledCfg:
     grammar: ContextFreeGrammar
     prepared: PreparedVocab
     parse: Callable[[str], Any] | None = None
-    format: None = None
-    """No call format: the whole guided text is one sentence of the grammar."""
-    tools: None = None
+    format: Any = None
+    """The call format of a grammar of calls (custom tools', `Compiler.compile_custom_calls`); None where the whole
+    guided text is one sentence of the grammar."""
+    tools: Any = None
 
     def guide(self) -> CfgGuide:
         """A fresh guide at the start of the text."""

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+import numpy as np
+
 from tooldec.automaton.compile import KeyLanguage, ProductCache, compile_dfa, compile_dfas
 from tooldec.automaton.dfa import DEAD, DFA, minimize, union_dfas
 from tooldec.automaton.forced import ForcedText
@@ -22,9 +24,10 @@ from tooldec.automaton.value_grammar import NotTokenizable, value_grammar
 from tooldec.cfg_guide import CompiledCfg, compile_cfg
 from tooldec.errors import EmptyGrammarError, GrammarError, ToolSpecError, UnsupportedSchemaError
 from tooldec.grammar.calls import CallFormat, call_groups, get_format, group_call, tools_grammar
-from tooldec.grammar.cfg import load_grammar
+from tooldec.grammar.cfg import Terminal, load_grammar
 from tooldec.grammar.cfg.terminal_regex import fullmatch_ir
-from tooldec.grammar.ir import alt, lit
+from tooldec.grammar.custom import CustomCalls, custom_call_grammar, input_grammar, json_call_pieces
+from tooldec.grammar.ir import EMPTY, alt, lit
 from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
 from tooldec.guide import Guide
 from tooldec.index import PreparedVocab, TokenIndex
@@ -267,6 +270,38 @@ class Compiler:
                 while len(self._groups) > TOOL_CACHE_SIZE:
                     self._groups.popitem(last=False)
         return [found[key] for _, key in groups]
+
+    def compile_custom_calls(
+        self, tools: Iterable[ToolSpec] | ToolSet, format: str | CallFormat = "hermes", *, use_cache: bool = True
+    ) -> CompiledCfg:
+        """The grammar of one call of any of `tools` where some are custom tools (`ToolSpec.input_format`): their
+        input is guided by its grammar inside the call's JSON string (`tooldec.grammar.custom`), the function
+        tools' calls are their automaton (as `compile` builds it) as one terminal, for the pushdown guide. Raises
+        GrammarError (a custom tool's grammar or regex, or a format whose calls come in a list) and the errors of
+        `compile`."""
+        toolset = tools if isinstance(tools, ToolSet) else ToolSet(list(tools))
+        fmt = get_format(format)
+        key = self._key(f"custom-calls:{fmt!r}", [t.text for t in toolset])
+
+        def build() -> CompiledCfg:
+            json_call_pieces(fmt)  # refuse a format of listed calls before building anything
+            functions = [t for t in toolset if t.input_format is None]
+            terminal = None
+            if functions:
+                products = self._products if use_cache else ProductCache()
+                dfa = self._union(ToolSet(functions), [t.text for t in functions], fmt, products, use_cache)
+                if dfa.start == DEAD:
+                    raise EmptyGrammarError("no call of this tool set can be valid (its schemas admit no value)")
+                automaton = (dfa.trans.astype(np.int32), dfa.classes.astype(np.uint8), dfa.accepting.astype(bool),
+                             int(dfa.start))
+                terminal = Terminal("function call", EMPTY, automaton=automaton)
+            inputs = [(t.name, input_grammar(t.input_format, t.name)) for t in toolset if t.input_format is not None]
+            grammar = custom_call_grammar(fmt, inputs, terminal)
+            calls = CustomCalls(fmt, frozenset(name for name, _ in inputs))
+            return CompiledCfg(compile_cfg(grammar, self.prepared, self.threads), grammar, self.prepared,
+                               parse=calls.parse, format=calls, tools=toolset)
+
+        return self._cached(key, build, use_cache)
 
     def compile_schema(
         self, schema: Any, *, additional_properties: bool = True, use_cache: bool = True, precompute: bool = False

@@ -68,12 +68,15 @@ class TokenRejectedError(ToolDecError, ValueError):
 class GrammarError(ToolDecError, ValueError):
     """A Lark or GBNF grammar that cannot be read, or that uses a construct tooldec does not enforce exactly.
 
-    `line` and `column` are 1-based positions in the grammar text, None where the place is unknown.
+    `line` and `column` are 1-based positions in the grammar text, None where the place is unknown; `tool` names the
+    custom tool whose input format the grammar is, where it is one.
     """
 
-    def __init__(self, message: str, *, line: int | None = None, column: int | None = None) -> None:
+    def __init__(self, message: str, *, line: int | None = None, column: int | None = None,
+                 tool: str | None = None) -> None:
         self.reason = message
         self.line = line
         self.column = column
+        self.tool = tool
         where = "" if line is None else f" (line {line}" + ("" if column is None else f", column {column}") + ")"
         super().__init__(message + where)

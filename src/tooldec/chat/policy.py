@@ -26,6 +26,7 @@ from typing import Any, Literal
 import numpy as np
 
 from tooldec.automaton.dfa import DEAD
+from tooldec.cfg_guide import CompiledCfg
 from tooldec.chat.syntax import ChatSyntax
 from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.decoding.controller import (
@@ -81,7 +82,8 @@ class ToolChoiceError(ValueError):
 
 def resolve_tool_choice(choice: Any, tools: ToolSet) -> tuple[str, str | None]:
     """(mode, named tool) of an OpenAI tool_choice: a mode string, a tool's name, `{"type": "function",
-    "function": {"name": ...}}` or None ("auto"). Raises ToolChoiceError."""
+    "function": {"name": ...}}` (`{"type": "custom", "custom": {...}}`) or None ("auto"). Raises
+    ToolChoiceError."""
     if choice is None:
         return "auto", None
     if isinstance(choice, str):
@@ -90,14 +92,15 @@ def resolve_tool_choice(choice: Any, tools: ToolSet) -> tuple[str, str | None]:
         if choice in tools:
             return "required", choice
         raise ToolChoiceError(f"tool_choice must be auto, none, required or a named function, not {choice!r}")
-    function = getattr(choice, "function", None)
+    function = getattr(choice, "function", None) or getattr(choice, "custom", None)
     if isinstance(choice, Mapping):
-        function = choice.get("function")
+        function = choice.get("function", choice.get("custom"))
         name = function.get("name") if isinstance(function, Mapping) else choice.get("name")
     else:
         name = getattr(function, "name", None)
     if not isinstance(name, str):
-        raise ToolChoiceError('a named tool_choice is {"type": "function", "function": {"name": ...}}')
+        raise ToolChoiceError('a named tool_choice is {"type": "function", "function": {"name": ...}} '
+                              '(or "custom" for a custom tool)')
     if name not in tools:
         raise ToolChoiceError(f"tool_choice names {name!r}, which is not one of the tools ({', '.join(tools.names)})")
     return "required", name
@@ -121,11 +124,15 @@ class CallPlan:
         """What follows a finished call: text (where the next call may open) or the end (a list holds them all)."""
         return "text" if self.parallel and not (self.syntax.listed and self.syntax.family != "llama31") else "stop"
 
-    def compile(self, compiler: Compiler) -> CompiledGrammar:
-        """The call grammar (cached by the compiler; slow the first time for a tool set)."""
+    def compile(self, compiler: Compiler) -> CompiledGrammar | CompiledCfg:
+        """The call grammar (cached by the compiler; slow the first time for a tool set): with a custom tool among
+        the tools a call may use, the pushdown guide's grammar of all their calls (`Compiler.compile_custom_calls`),
+        else the automaton of the calls."""
+        if any(t.custom for t in self.call_tools):
+            return compiler.compile_custom_calls(self.call_tools, self.format)
         return compiler.compile(self.call_tools, self.format)
 
-    def policy(self, grammar: CompiledGrammar, *, stop: tuple[str, ...] = ()) -> CallController | CallsOnly | FreeController:
+    def policy(self, grammar: CompiledGrammar | CompiledCfg, *, stop: tuple[str, ...] = ()) -> CallController | CallsOnly | FreeController:
         """A fresh policy for one sequence over the compiled call grammar."""
         triggers = self.syntax.triggers
         if not triggers:  # the whole answer is calls (the python syntax)

@@ -142,6 +142,28 @@ def json_value_end(text: str, start: int) -> int | None:
     return None
 
 
+def json_string_prefix(text: str, start: int) -> tuple[str, int | None]:
+    """The value of the JSON string opening at `text[start]` (a quote) as far as it is written, up to its last
+    whole escape, and the index after its closing quote (None while it is not closed): a custom tool's input
+    streamed as it is written."""
+    i, end = start + 1, None
+    whole = i  # where the text read so far ends on a whole character or escape
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            end = whole = i
+            break
+        if c == "\\":
+            step = 6 if text.startswith("u", i + 1) else 2
+            if i + step > len(text):
+                break
+            i += step
+        else:
+            i += 1
+        whole = i
+    return json.loads(text[start:whole] + '"'), None if end is None else end + 1
+
+
 def _from_object(obj: Any) -> ParsedCall:
     """A call object read leniently: a string `name`, arguments under `arguments` or `parameters` (an object, or a
     JSON string of one); raises CallParseError."""

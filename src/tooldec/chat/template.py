@@ -87,13 +87,17 @@ def _python(value: Any) -> str:
 
 def tool_instructions(tools: Iterable[ToolSpec]) -> str:
     """Tool instructions in the Hermes/Qwen style, for templates that do not render tools themselves."""
+    tools = list(tools)
     listing = "\n".join(json.dumps(t.to_openai()) for t in tools)
+    custom = any(t.custom for t in tools)
     return (
         "You may call one or more functions to assist with the user query.\n"
         f"You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{listing}\n</tools>\n"
         "For each function call, return a json object with function name and arguments within "
         "<tool_call></tool_call> XML tags:\n<tool_call>\n"
         '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+        + ("\nA custom tool takes one text input in its format instead: its arguments are that input as a JSON "
+           "string." if custom else "")
     )
 
 

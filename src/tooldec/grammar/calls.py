@@ -31,11 +31,13 @@ _PY_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class ParsedCall:
-    """A tool call read back from generated text; `positional` holds arguments given by position (ToolkenGPT)."""
+    """A tool call read back from generated text; `positional` holds arguments given by position (ToolkenGPT),
+    `input` the text input of a custom tool's call (which has no arguments)."""
 
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
     positional: tuple[Any, ...] = ()
+    input: str | None = None
 
     def bind(self, tool: ToolSpec) -> dict[str, Any]:
         """All arguments by name: positional ones take the tool's parameters in declaration order."""

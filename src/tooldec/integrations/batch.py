@@ -3,8 +3,10 @@
 A request carries its tools as one string entry of its extra arguments, `{"tooldec": "<JSON>"}` (vLLM: the
 OpenAI request body's `vllm_xargs`, or `SamplingParams.extra_args`); the JSON object holds
 
-- `tools`: OpenAI tools (or bare functions, MCP tools), as in the Chat Completions request;
-- `tool_choice`: "auto" (default), "none", "required" or `{"type": "function", "function": {"name": ...}}`;
+- `tools`: OpenAI tools (or bare functions, MCP tools), as in the Chat Completions request, custom tools with a
+  Lark or regex `format` included (Hermes syntax: a custom call's input is its JSON string, `tooldec.grammar.custom`);
+- `tool_choice`: "auto" (default), "none", "required" or `{"type": "function" | "custom", "function" | "custom":
+  {"name": ...}}`;
 - `parallel_tool_calls` (default true), and optionally `syntax` ("hermes", "llama31", "mistral": the model's
   call syntax, detected from its chat template when absent), `layout` ("compact" or "lines": whether a guided
   call's JSON may also be pretty-printed, Hermes only; the factory's default when absent) and `max_calls`.
@@ -293,17 +295,26 @@ def request_syntax(request: ToolRequest, syntax: str, layout: str) -> ChatSyntax
 
 @functools.lru_cache(maxsize=256)
 def check_compiles(payload: str, syntax: str, layout: str = "compact") -> None:
-    """Build the call automaton of a payload's tools (no vocabulary needed) in the syntax and layout its calls
-    take (`request_syntax`), so that a schema tooldec cannot enforce (an unsupported keyword, no valid value)
-    is refused before the request runs. Raises ToolRequestError. Cached per payload."""
+    """Build the call automaton of a payload's function tools (no vocabulary needed) in the syntax and layout its
+    calls take (`request_syntax`), and read its custom tools' grammars, so that a schema tooldec cannot enforce
+    (an unsupported keyword, no valid value), a custom tool's bad grammar or regex, or custom tools in a syntax of
+    listed calls are refused before the request runs. Raises ToolRequestError. Cached per payload."""
     from tooldec.automaton.compile import KeyLanguage, compile_dfa
     from tooldec.automaton.dfa import DEAD
     from tooldec.grammar.calls import get_format, tools_grammar
+    from tooldec.grammar.custom import input_grammar, json_call_pieces
 
     request = ToolRequest.from_payload(payload)
     fmt = get_format(request_syntax(request, syntax, layout).format)
+    functions = [t for t in request.call_tools if not t.custom]
     try:
-        dfa = compile_dfa(tools_grammar(request.call_tools, fmt, decide=KeyLanguage))
+        for tool in request.call_tools:
+            if tool.input_format is not None:
+                json_call_pieces(fmt)
+                input_grammar(tool.input_format, tool.name)
+        if not functions:
+            return
+        dfa = compile_dfa(tools_grammar(functions, fmt, decide=KeyLanguage))
     except ToolDecError as exc:
         raise ToolRequestError(f"tooldec cannot enforce these tools: {exc}") from None
     if dfa.start == DEAD:

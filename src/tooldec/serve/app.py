@@ -224,7 +224,8 @@ def answered_calls(messages: list[protocol.Message]) -> set[str]:
     if not messages or messages[-1].role != "tool":
         return set()
     replied = {m.tool_call_id for m in messages if m.role == "tool"}
-    return {_call_key(tc.function.name, tc.function.arguments)
+    return {_call_key(tc.custom.name, tc.custom.input) if tc.custom else
+            _call_key(tc.function.name, tc.function.arguments) if tc.function else ""
             for m in messages if m.role == "assistant" for tc in m.tool_calls or [] if tc.id in replied}
 
 

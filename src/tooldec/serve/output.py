@@ -5,7 +5,9 @@ one of the triggers (or of a stop string) is held back until it cannot. Tool-mod
 is announced once it is complete (`{"index", "id", "type", "function": {"name", "arguments": ""}}`), the
 tool's own name where the call used an alias (a unique suffix, `tooldec.grammar.calls.with_aliases`), and its
 arguments follow in pieces as they are written, exactly the JSON text the grammar let through, so that the
-pieces concatenate to the non-streamed `arguments`. Leading and trailing whitespace of the content is dropped,
+pieces concatenate to the non-streamed `arguments`. A custom tool's call (`tooldec.grammar.custom`) is announced
+as `{"index", "id", "type": "custom", "custom": {"name", "input": ""}}` and its input follows decoded from the
+call's JSON string, in pieces that concatenate to the non-streamed `input`. Leading and trailing whitespace of the content is dropped,
 which streaming does too (whitespace is released only once text follows it).
 """
 
@@ -16,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tooldec.chat.reader import CALL_HEAD, json_value_end
+from tooldec.chat.reader import CALL_HEAD, json_string_prefix, json_value_end
 from tooldec.decoding.controller import CallEvent, Mode
 from tooldec.decoding.trigger import Triggers
 from tooldec.serve.protocol import call_id
@@ -58,16 +60,26 @@ def held_back(data: bytes, holds: list[bytes]) -> int:
 
 @dataclass
 class ToolCallOut:
-    """A call as the client sees it: id, tool name, arguments text so far, and whether it is complete."""
+    """A call as the client sees it: id, tool name, arguments text (a custom tool's input) so far, and whether it
+    is complete."""
 
     id: str
     name: str
     arguments: str = ""
     complete: bool = False
+    custom: bool = False
 
     def to_openai(self) -> dict[str, Any]:
         """The `tool_calls` entry of a message."""
+        if self.custom:
+            return {"id": self.id, "type": "custom", "custom": {"name": self.name, "input": self.arguments}}
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+    def delta(self, index: int, piece: str, *, head: bool = False) -> dict[str, Any]:
+        """A stream delta of this call: its announcement (`head`, with `piece` "") or a piece of its text."""
+        kind, key = ("custom", "input") if self.custom else ("function", "arguments")
+        body = {**({"name": self.name} if head else {}), key: piece}
+        return {"tool_calls": [{"index": index, **({"id": self.id, "type": kind} if head else {}), kind: body}]}
 
 
 @dataclass
@@ -106,6 +118,7 @@ class OutputBuilder:
             self._holds += self._trigger_texts
         grammar = getattr(self.policy, "grammar", None)
         self._canonical = canonical_names(getattr(grammar, "format", None))
+        self._custom: frozenset[str] = getattr(getattr(grammar, "format", None), "custom", frozenset())
 
     def on_token(self, token: int, event: CallEvent | None) -> None:
         """Take one accepted token and the call it completed, if any."""
@@ -149,7 +162,8 @@ class OutputBuilder:
                 and "id" not in delta["tool_calls"][0]
                 and prev["tool_calls"][0]["index"] == delta["tool_calls"][0]["index"]
             ):
-                prev["tool_calls"][0]["function"]["arguments"] += delta["tool_calls"][0]["function"]["arguments"]
+                kind, key = ("custom", "input") if "custom" in delta["tool_calls"][0] else ("function", "arguments")
+                prev["tool_calls"][0][kind][key] += delta["tool_calls"][0][kind][key]
             else:
                 out.append(json.loads(json.dumps(delta)))
         self._deltas.clear()
@@ -196,19 +210,21 @@ class OutputBuilder:
                 if m is None:
                     return
                 written = json.loads('"' + m.group(1) + '"')
-                call = ToolCallOut(call_id(), self._canonical.get(written, written))
+                name = self._canonical.get(written, written)
+                call = ToolCallOut(call_id(), name, custom=name in self._custom)
                 self.calls.append(call)
-                index = len(self.calls) - 1
-                self._deltas.append({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                                     "function": {"name": call.name, "arguments": ""}}]})
+                self._deltas.append(call.delta(len(self.calls) - 1, "", head=True))
                 self._args_at = m.end()
             call = self.calls[-1]
-            end = json_value_end(text, self._args_at)
-            upto = len(text) if end is None else end
-            new = text[self._args_at + len(call.arguments) : upto]
+            if call.custom:
+                value, end = json_string_prefix(text, self._args_at)
+                new = value[len(call.arguments) :]
+            else:
+                end = json_value_end(text, self._args_at)
+                new = text[self._args_at + len(call.arguments) : len(text) if end is None else end]
             if new:
                 call.arguments += new
-                self._deltas.append({"tool_calls": [{"index": len(self.calls) - 1, "function": {"arguments": new}}]})
+                self._deltas.append(call.delta(len(self.calls) - 1, new))
             if end is None:
                 return
             self._pos, self._args_at = end, None
@@ -220,7 +236,8 @@ class OutputBuilder:
         if event.error or len(found) != len(parsed):
             self.mismatches.append(event.error or f"{len(found)} calls streamed, {len(parsed)} parsed")
         for out, call in zip(found, parsed, strict=False):
-            if out.name != call.name or json.loads(out.arguments or "null") != call.arguments:
+            said = out.arguments if out.custom else json.loads(out.arguments or "null")
+            if out.name != call.name or said != (call.input if out.custom else call.arguments):
                 self.mismatches.append(f"streamed {out.name} {out.arguments} but parsed {call.name}")
             out.complete = True
         self._call = bytearray()

@@ -21,10 +21,16 @@ from tooldec.chat import CallPlan, ChatTemplate, ToolChoiceError, plan_calls
 from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.decoding import CallController, FreeController, Policy
 from tooldec.decoding.sampling import SamplingParams
-from tooldec.errors import ToolDecError
+from tooldec.errors import GrammarError, ToolDecError
 from tooldec.serve.errors import APIError, grammar_error, pointer_param, tool_error
 from tooldec.serve.output import WHOLE, Kind
-from tooldec.serve.protocol import MAX_STOP, ChatCompletionRequest, NamedToolChoice, StructuredOutputs
+from tooldec.serve.protocol import (
+    MAX_STOP,
+    ChatCompletionRequest,
+    NamedCustomChoice,
+    NamedToolChoice,
+    StructuredOutputs,
+)
 from tooldec.specs import ToolSet, from_openai_tools
 from tooldec.structured import STRUCTURED_KEYS, OutputType, structured_output
 
@@ -87,14 +93,19 @@ class Plan:
             return FreeController(vocab, None, stop=self.stop)
         if self.kind in WHOLE:
             return CallController(grammar)
-        assert isinstance(grammar, CompiledGrammar) and self.calls is not None
+        assert self.calls is not None
         calls = replace(self.calls, mode="answer") if answer else self.calls
         return calls.policy(grammar, stop=self.stop)
 
 
 def _located(exc: Exception, tools: ToolSet) -> APIError:
-    """A compile error whose path is inside one tool's parameters, placed at that tool in the request."""
+    """A compile error whose path is inside one tool's parameters (or a custom tool's grammar), placed at that
+    tool in the request."""
     tool, path = getattr(exc, "tool", None), getattr(exc, "path", None)
+    if isinstance(exc, GrammarError):
+        if tool in tools:
+            return APIError(str(exc), param=f"tools[{tools.names.index(tool)}].custom.format", code="invalid_grammar")
+        return APIError(str(exc), param="tools", code="unsupported_value")
     if tool in tools and path and path.startswith("#/parameters"):
         i = tools.names.index(tool)
         error = tool_error(exc)
@@ -201,14 +212,19 @@ def plan_request(req: ChatCompletionRequest, template: ChatTemplate) -> Plan:
 
     if tools is None:
         return Plan("text", None, None, None, False, stop, params, max_tokens)
-    if isinstance(choice, NamedToolChoice):
-        name = choice.function.name
+    asked: Any = choice
+    if isinstance(choice, NamedToolChoice | NamedCustomChoice):
+        kind, name = (("function", choice.function.name) if isinstance(choice, NamedToolChoice)
+                      else ("custom", choice.custom.name))
         if name not in tools:
             raise APIError(
                 f"tool_choice names an unknown tool {name!r} (tools: {', '.join(tools.names)})",
-                param="tool_choice.function.name",
+                param=f"tool_choice.{kind}.name",
             )
-    asked: Any = {"function": {"name": choice.function.name}} if isinstance(choice, NamedToolChoice) else choice
+        if tools[name].custom != (kind == "custom"):
+            raise APIError(f"tool_choice names {name!r} as a {kind} tool, which it is not",
+                           param="tool_choice.type")
+        asked = {kind: {"name": name}}
     try:
         calls = plan_calls(tools, asked, syntax=template.syntax, parallel=req.parallel_tool_calls)
     except ToolChoiceError as exc:

@@ -15,7 +15,7 @@ from tooldec.backends.loader import LoadedModel
 from tooldec.chat import ChatTemplate, tool_instructions
 from tooldec.chat.template import with_instructions
 from tooldec.serve.errors import APIError
-from tooldec.serve.protocol import Message
+from tooldec.serve.protocol import Message, ToolCallIn
 from tooldec.specs import ToolSet
 
 
@@ -47,6 +47,24 @@ def _unicode(text: str, param: str) -> str:
     return text
 
 
+def _past_call(tc: ToolCallIn, param: str) -> tuple[str, Any]:
+    """(name, arguments) of an assistant's past call: a function's arguments as an object, a custom tool's input as
+    its text (what the call's JSON holds, `tooldec.grammar.custom`); raises APIError naming the call."""
+    if tc.type == "custom":
+        if tc.custom is None:
+            raise APIError('a custom tool call needs "custom": {"name", "input"}', param=f"{param}.custom")
+        return tc.custom.name, tc.custom.input
+    if tc.function is None:
+        raise APIError('a function tool call needs "function": {"name", "arguments"}', param=f"{param}.function")
+    try:
+        args = json.loads(tc.function.arguments)
+    except ValueError:
+        args = None
+    if not isinstance(args, dict):
+        raise APIError("tool call arguments must be a JSON object (as a string)", param=f"{param}.function.arguments")
+    return tc.function.name, args
+
+
 def template_messages(
     messages: list[Message], template: ChatTemplate, tools: ToolSet | None
 ) -> list[dict[str, Any]]:
@@ -64,17 +82,9 @@ def template_messages(
         elif m.role == "assistant":
             calls = []
             for j, tc in enumerate(m.tool_calls or []):
-                try:
-                    args = json.loads(tc.function.arguments)
-                except ValueError:
-                    args = None
-                if not isinstance(args, dict):
-                    raise APIError(
-                        "tool call arguments must be a JSON object (as a string)",
-                        param=f"messages[{i}].tool_calls[{j}].function.arguments",
-                    )
-                call_ids[tc.id] = tc.function.name
-                calls.append((tc.id, tc.function.name, args))
+                name, args = _past_call(tc, f"messages[{i}].tool_calls[{j}]")
+                call_ids[tc.id] = name
+                calls.append((tc.id, name, args))
             if text is None and not calls:
                 raise APIError("an assistant message needs content or tool_calls", param=f"messages[{i}].content")
             if not calls:

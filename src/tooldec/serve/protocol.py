@@ -4,7 +4,8 @@ response objects, streamed or not.
 Fields OpenAI defines that this server does not implement are refused with a 400 when they would change the
 answer (`n` > 1, `logprobs`, penalties other than 0), and ignored when they would not (`user`, `metadata`).
 vLLM's `structured_outputs` is read for its `json`, `regex`, `choice` or `grammar` (the openai client sends it
-through `extra_body`).
+through `extra_body`). `tools` holds function tools and OpenAI's custom tools (`{"type": "custom", "custom":
+{"name", "description", "format"}}`, their format read by `tooldec.specs.from_openai_tools`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_STOP = 4
 
@@ -29,12 +30,20 @@ class FunctionCallIn(_Model):
     arguments: str = "{}"
 
 
+class CustomCallIn(_Model):
+    """A call of a custom tool an assistant message made: the tool's name and its text input."""
+
+    name: str
+    input: str = ""
+
+
 class ToolCallIn(_Model):
-    """One entry of an assistant message's `tool_calls`."""
+    """One entry of an assistant message's `tool_calls`: a function call, or a custom tool's (`type` "custom")."""
 
     id: str
-    type: Literal["function"] = "function"
-    function: FunctionCallIn
+    type: Literal["function", "custom"] = "function"
+    function: FunctionCallIn | None = None
+    custom: CustomCallIn | None = None
 
 
 class ContentPart(_Model):
@@ -63,11 +72,28 @@ class FunctionDef(_Model):
     strict: bool | None = None
 
 
-class Tool(_Model):
-    """One entry of `tools`."""
+class CustomDef(_Model):
+    """A custom tool: its name, description and input `format` (text, or a Lark or regex grammar)."""
 
-    type: Literal["function"]
-    function: FunctionDef
+    name: str
+    description: str | None = None
+    format: dict[str, Any] | None = None
+
+
+class Tool(_Model):
+    """One entry of `tools`: a function tool, or a custom tool (`type` "custom"), whose call carries one text input
+    in the tool's format."""
+
+    type: Literal["function", "custom"]
+    function: FunctionDef | None = None
+    custom: CustomDef | None = None
+
+    @model_validator(mode="after")
+    def _has_its_definition(self) -> Tool:
+        """The member named by `type` is given."""
+        if getattr(self, self.type) is None:
+            raise ValueError(f'a {self.type} tool needs "{self.type}"')
+        return self
 
 
 class NamedFunction(_Model):
@@ -79,6 +105,13 @@ class NamedToolChoice(_Model):
 
     type: Literal["function"]
     function: NamedFunction
+
+
+class NamedCustomChoice(_Model):
+    """`{"type": "custom", "custom": {"name": ...}}`: a call of that custom tool is required."""
+
+    type: Literal["custom"]
+    custom: NamedFunction
 
 
 class JsonSchemaFormat(_Model):
@@ -122,7 +155,7 @@ class ChatCompletionRequest(_Model):
     model: str
     messages: list[Message] = Field(min_length=1)
     tools: list[Tool] | None = Field(default=None, min_length=1)
-    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | NamedCustomChoice | None = None
     parallel_tool_calls: bool = True
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)

@@ -1,7 +1,9 @@
-"""Read tool lists in the JSON shapes people already have: OpenAI, MCP, BFCL, and files holding them."""
+"""Read tool lists in the JSON shapes people already have: OpenAI (function and custom tools), MCP, BFCL, and files
+holding them."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 from tooldec.errors import ToolSpecError
 from tooldec.specs.from_openapi import from_openapi
 from tooldec.specs.normalize import join_pointer, normalize_schema
-from tooldec.specs.toolspec import ToolSpec
+from tooldec.specs.toolspec import NO_PARAMETERS, InputFormat, ToolSpec
 
 # Where each format keeps the argument schema: OpenAI/BFCL, MCP, Anthropic.
 _SCHEMA_KEYS = ("parameters", "inputSchema", "input_schema")
@@ -87,6 +89,8 @@ def _tool(item: Any, path: str) -> ToolSpec:
     if not isinstance(item, dict):
         raise ToolSpecError(f"a tool must be an object, not {type(item).__name__}", path=path)
     fn, fn_path = item, path
+    if item.get("type") == "custom":
+        return _custom_tool(item, path)
     if "type" in item:
         if item["type"] != "function":
             raise ToolSpecError(f"unsupported tool type {item['type']!r}", path=join_pointer(path, "type"))
@@ -115,3 +119,39 @@ def _tool(item: Any, path: str) -> ToolSpec:
         else:
             where = fn_path + where[1:]
         raise ToolSpecError(err.reason, tool=err.tool, path=where) from err
+
+
+def _custom_tool(item: dict[str, Any], path: str) -> ToolSpec:
+    """An OpenAI custom tool `{"type": "custom", "custom": {"name", "description", "format"}}`: its format is
+    `{"type": "text"}` (the default), `{"type": "grammar", "grammar": {"syntax": "lark" | "regex", "definition"}}`,
+    or the same with `syntax` and `definition` beside `type`."""
+    body, body_path = item.get("custom"), join_pointer(path, "custom")
+    if not isinstance(body, dict):
+        raise ToolSpecError("a custom tool needs a 'custom' object", path=body_path)
+    name = body.get("name")
+    if not isinstance(name, str):
+        raise ToolSpecError("tool has no name", path=join_pointer(body_path, "name"))
+    fmt_path = join_pointer(body_path, "format")
+    fmt = body.get("format", {"type": "text"})
+    if not isinstance(fmt, dict) or fmt.get("type") not in ("text", "grammar"):
+        raise ToolSpecError('a custom tool format is {"type": "text"} or {"type": "grammar", ...}',
+                            tool=name, path=fmt_path)
+    if fmt["type"] == "text":
+        input_format = InputFormat()
+    else:
+        grammar, grammar_path = fmt.get("grammar", fmt), join_pointer(fmt_path, "grammar") if "grammar" in fmt else fmt_path
+        if not isinstance(grammar, dict):
+            raise ToolSpecError("a grammar format needs a 'grammar' object", tool=name, path=grammar_path)
+        syntax, definition = grammar.get("syntax"), grammar.get("definition")
+        if syntax not in ("lark", "regex"):
+            raise ToolSpecError(f"grammar syntax must be lark or regex, not {syntax!r}", tool=name,
+                                path=join_pointer(grammar_path, "syntax"))
+        if not isinstance(definition, str):
+            raise ToolSpecError("grammar definition must be a string", tool=name,
+                                path=join_pointer(grammar_path, "definition"))
+        input_format = InputFormat(syntax, definition)
+    try:
+        return ToolSpec(name, str(body.get("description") or ""), copy.deepcopy(NO_PARAMETERS),
+                        input_format=input_format)
+    except ToolSpecError as err:
+        raise ToolSpecError(err.reason, tool=err.tool, path=body_path + (err.path or "#")[1:]) from err

@@ -1,4 +1,5 @@
-"""Tool specifications: a callable name, a description and a JSON Schema for the arguments."""
+"""Tool specifications: a callable name, a description and a JSON Schema for the arguments, or, for a custom tool
+(OpenAI's `{"type": "custom"}`), the format of its one free-text input."""
 
 from __future__ import annotations
 
@@ -8,13 +9,39 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from tooldec.errors import ToolSpecError
 from tooldec.specs.normalize import join_pointer
 
 NAME_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 MAX_NAME_LENGTH = 128
+NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "required": []}
+"""The parameters of a custom tool (its call carries one text input instead of arguments)."""
+INPUT_SYNTAXES = ("text", "lark", "regex")
+
+
+@dataclass(frozen=True)
+class InputFormat:
+    """The input of a custom tool: free text, a sentence of a Lark grammar, or a full match of a regex (Python
+    `re` syntax), as OpenAI's custom tool `format` says."""
+
+    syntax: Literal["text", "lark", "regex"] = "text"
+    definition: str = ""
+
+    def __post_init__(self) -> None:
+        """Reject an unknown syntax and a grammar or regex that is not a string."""
+        if self.syntax not in INPUT_SYNTAXES:
+            raise ToolSpecError(f"custom tool format syntax must be lark or regex, not {self.syntax!r}",
+                                path="#/format/grammar/syntax")
+        if not isinstance(self.definition, str):
+            raise ToolSpecError("custom tool format definition must be a string", path="#/format/grammar/definition")
+
+    def to_openai(self) -> dict[str, Any]:
+        """OpenAI's `format` object of a custom tool."""
+        if self.syntax == "text":
+            return {"type": "text"}
+        return {"type": "grammar", "grammar": {"syntax": self.syntax, "definition": self.definition}}
 
 
 @dataclass(frozen=True)
@@ -25,8 +52,11 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]
     text: str = field(init=False, repr=False, compare=False)
-    """`[name, description, parameters]` as JSON, written once: the tool's identity in the compiler's cache keys
-    (a spec is not changed after construction, where its parameters are checked)."""
+    """`[name, description, parameters]` as JSON (and the input format of a custom tool), written once: the tool's
+    identity in the compiler's cache keys (a spec is not changed after construction, where its parameters are
+    checked)."""
+    input_format: InputFormat | None = None
+    """Set for a custom tool: its call carries one text input in this format instead of JSON arguments."""
 
     def __post_init__(self) -> None:
         """Reject names a model cannot emit as a call and argument schemas that are not objects."""
@@ -43,10 +73,21 @@ class ToolSpec:
         if not isinstance(self.description, str):
             raise ToolSpecError("description must be a string", tool=name, path="#/description")
         _check_parameters(self.parameters, name)
-        object.__setattr__(self, "text", json.dumps([name, self.description, self.parameters], default=str))
+        identity: list[Any] = [name, self.description, self.parameters]
+        if self.input_format is not None:
+            identity += [self.input_format.syntax, self.input_format.definition]
+        object.__setattr__(self, "text", json.dumps(identity, default=str))
+
+    @property
+    def custom(self) -> bool:
+        """Whether this is a custom tool (one text input, no JSON arguments)."""
+        return self.input_format is not None
 
     def to_openai(self) -> dict[str, Any]:
         """Return the OpenAI `tools` entry for this tool (a copy, so the spec stays unchanged)."""
+        if self.input_format is not None:
+            return {"type": "custom", "custom": {"name": self.name, "description": self.description,
+                                                 "format": self.input_format.to_openai()}}
         return {
             "type": "function",
             "function": {
