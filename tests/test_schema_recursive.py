@@ -15,12 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tooldec.automaton import compile as automaton_compile
+from tooldec.automaton.compile import KeyLanguage, compile_dfa
 from tooldec.automaton.value_grammar import NotTokenizable, value_grammar
 from tooldec.cfg_guide import CompiledCfg
 from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.conformance import feed
 from tooldec.errors import UnsupportedSchemaError
 from tooldec.grammar.ir import call, lit, seq
+from tooldec.grammar.schema import SchemaCompiler
 from tooldec.sample import random_walk
 from tooldec.vocab import Vocabulary
 
@@ -194,3 +197,38 @@ def test_value_grammar_refuses_bytes_that_start_no_json_token() -> None:
 def test_value_grammar_refuses_a_call_of_a_missing_rule() -> None:
     with pytest.raises(NotTokenizable, match="past the 1 rules"):
         value_grammar(seq(lit("["), call(3), lit("]")), [lit("1")])
+
+
+POINT = {"type": "object", "properties": {"x": {"type": "integer", "minimum": -999, "maximum": 999},
+                                          "label": {"type": "string", "maxLength": 3}},
+         "required": ["x"], "additionalProperties": False}
+SHAPES = {
+    "$defs": {"point": POINT},
+    "type": "object",
+    "properties": {k: {"$ref": "#/$defs/point"} for k in ("a", "b", "c", "d")},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
+
+
+def test_a_schema_too_large_as_one_automaton_becomes_a_grammar_of_its_references(
+    bytelevel_vocab: Vocabulary, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the automaton bound below the whole schema's DFA but above each definition's, the schema compiles to
+    the pushdown guide with its `$ref`s as rules; its values validate and valid ones are accepted. Below each
+    definition's size too, the size refusal stands."""
+    whole = compile_dfa(SchemaCompiler(SHAPES, decide=KeyLanguage, additional_properties=True).value()).num_states
+    monkeypatch.setattr(automaton_compile, "MAX_DFA_STATES", whole - 1)
+    compiler = Compiler(bytelevel_vocab)
+    grammar = compiler.compile_schema(SHAPES, use_cache=False)
+    assert isinstance(grammar, CompiledCfg)
+    rng = random.Random(7)
+    for _ in range(200):
+        jsonschema.validate(random_walk(grammar.guide(), rng, max_tokens=400, steer_after=60).result(), SHAPES)
+    value = {"a": {"x": -12, "label": "ab"}, "b": {"x": 999}, "d": {"x": 0, "label": ""}}
+    assert feed(grammar.guide(), bytelevel_vocab.encode(text_of(value)))
+    assert not feed(grammar.guide(), bytelevel_vocab.encode(text_of({"a": {"x": 1000}, "b": {"x": 1}})))
+    monkeypatch.setattr(automaton_compile, "MAX_DFA_STATES", 20)
+    with pytest.raises(UnsupportedSchemaError) as info:
+        Compiler(bytelevel_vocab).compile_schema(SHAPES, use_cache=False)
+    assert info.value.keyword == "size"

@@ -27,7 +27,7 @@ from tooldec.grammar.calls import CallFormat, call_groups, get_format, group_cal
 from tooldec.grammar.cfg import Terminal, load_grammar
 from tooldec.grammar.cfg.terminal_regex import fullmatch_ir
 from tooldec.grammar.custom import CustomCalls, custom_call_grammar, input_grammar, json_call_pieces
-from tooldec.grammar.ir import EMPTY, alt, lit
+from tooldec.grammar.ir import EMPTY, Node, alt, lit
 from tooldec.grammar.schema import DEFAULT_REF_DEPTH, SchemaCompiler
 from tooldec.guide import Guide
 from tooldec.index import PreparedVocab, TokenIndex
@@ -312,30 +312,53 @@ class Compiler:
         A schema whose values nest without bound (a `$ref` inside itself, a place holding any value) goes to the
         pushdown guide (`CompiledCfg`), with no depth limit; a regular one keeps the DFA path and its O(1) index.
         Where recursion meets a difference or intersection of languages (`not`, exclusive `oneOf`, `allOf` of
-        references), recursion is unrolled to `max_ref_depth` instead."""
+        references), recursion is unrolled to `max_ref_depth` instead. A schema too large as one automaton goes
+        to the pushdown guide with every plain `$ref` a rule of its own (before its size refusal stands)."""
         key = self._key(f"schema:{additional_properties}:{precompute}", schema)
 
         def build() -> CompiledGrammar | CompiledCfg:
-            products = self._products if use_cache else ProductCache()
-            comp = SchemaCompiler(schema, decide=KeyLanguage, additional_properties=additional_properties,
-                                  recursive=True)
-            start = comp.value()
-            if comp.rules:
-                try:
-                    grammar = value_grammar(start, comp.rules, self.threads)
-                    return CompiledCfg(compile_cfg(grammar, self.prepared, self.threads), grammar, self.prepared,
-                                       parse=json.loads)
-                except (NotTokenizable, GrammarError):  # the pushdown guide cannot take it: the bounded reading
-                    comp = SchemaCompiler(schema, decide=KeyLanguage, max_ref_depth=self.max_ref_depth,
-                                          additional_properties=additional_properties)
+            try:
+                return self._schema_guide(schema, additional_properties, precompute, use_cache)
+            except UnsupportedSchemaError as exc:
+                if exc.keyword != "size":
+                    raise
+                try:  # too large as one automaton: a grammar whose rules are its references, each automaton small
+                    comp = SchemaCompiler(schema, decide=KeyLanguage, additional_properties=additional_properties,
+                                          recursive=True, refs_as_rules=True)
                     start = comp.value()
-            dfa = compile_dfa(start, products)
-            if dfa.start == DEAD:
-                raise EmptyGrammarError("no value satisfies this schema", path="#")
-            index = _indexed(dfa, self.prepared, self.threads, precompute=precompute, share_regions=True)
-            return CompiledGrammar(index.dfa, index, json.loads)
+                    if comp.rules:
+                        return self._value_cfg(start, comp.rules)
+                except (UnsupportedSchemaError, NotTokenizable, GrammarError):
+                    pass
+                raise exc from None
 
         return self._cached(key, build, use_cache)
+
+    def _schema_guide(self, schema: Any, additional_properties: bool, precompute: bool,
+                      use_cache: bool) -> CompiledGrammar | CompiledCfg:
+        """`compile_schema`'s first reading: the pushdown guide where values nest without bound, else (or where
+        the pushdown path cannot cut the rules) one DFA with recursion unrolled."""
+        products = self._products if use_cache else ProductCache()
+        comp = SchemaCompiler(schema, decide=KeyLanguage, additional_properties=additional_properties,
+                              recursive=True)
+        start = comp.value()
+        if comp.rules:
+            try:
+                return self._value_cfg(start, comp.rules)
+            except (NotTokenizable, GrammarError):  # the pushdown guide cannot take it: the bounded reading
+                comp = SchemaCompiler(schema, decide=KeyLanguage, max_ref_depth=self.max_ref_depth,
+                                      additional_properties=additional_properties)
+                start = comp.value()
+        dfa = compile_dfa(start, products)
+        if dfa.start == DEAD:
+            raise EmptyGrammarError("no value satisfies this schema", path="#")
+        index = _indexed(dfa, self.prepared, self.threads, precompute=precompute, share_regions=True)
+        return CompiledGrammar(index.dfa, index, json.loads)
+
+    def _value_cfg(self, start: Node, rules: list[Node]) -> CompiledCfg:
+        """The pushdown guide of one JSON value: `start` and the rules its calls name."""
+        grammar = value_grammar(start, rules, self.threads)
+        return CompiledCfg(compile_cfg(grammar, self.prepared, self.threads), grammar, self.prepared, parse=json.loads)
 
     def compile_regex(self, pattern: str, *, use_cache: bool = True) -> CompiledGrammar:
         """Text that `re.fullmatch(pattern, text)` accepts (Python syntax; a regular language keeps the DFA path and

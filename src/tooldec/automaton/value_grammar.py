@@ -331,11 +331,15 @@ class _Walk:
         backward = np.argsort(dst, kind="stable")
         self.r_ptr = np.searchsorted(dst[backward], np.arange(size + 1))
         self.r_src = src[backward]
+        forward = np.argsort(src, kind="stable")
+        self.f_ptr = np.searchsorted(src[forward], np.arange(size + 1))
+        self.f_dst, self.f_cls = dst[forward], cls[forward]
         self._r_ptr: list[int] | None = None
         self._r_src: list[int] = []
 
     def _leading_to(self, states: list[int]) -> np.ndarray:
-        """Which product states lead to any of `states` (a search backwards; its cost is the states found)."""
+        """The product states that lead to any of `states`, ascending (a search backwards; its cost is the states
+        found)."""
         if self._r_ptr is None:
             self._r_ptr, self._r_src = self.r_ptr.tolist(), self.r_src.tolist()
         ptr, before = self._r_ptr, self._r_src
@@ -347,29 +351,34 @@ class _Walk:
                 if p not in seen:
                     seen.add(p)
                     stack.append(p)
-        live = np.zeros(self.size, dtype=bool)
-        live[list(seen)] = True
-        return live
+        return np.array(sorted(seen), dtype=np.int64)
 
     def automaton(self, stops: list[tuple[int, int]], classes: np.ndarray, n_classes: int, kind: str) -> Automaton:
         """The automaton of the walks from product state 0 that end in one landing (`stops`: (state, class) pairs
         whose class closes the token there; class -1: the token may stop in that state): the states that lead to
         the landing, in the walk's breadth-first order (so equal walks give equal arrays)."""
-        live = self._leading_to([st for st, _ in stops])
+        members = self._leading_to([st for st, _ in stops])
         lead = 1 if kind == "string" else 0  # a string's lexeme starts at its opening quote: one state before
-        number = np.cumsum(live).astype(np.int32) + lead  # live state i -> its row (start 0 -> 1 + lead)
-        number[~live] = 0
-        size = int(live.sum()) + 2 + lead  # dead, [the quote], states, the accepting sink
+        first = 1 + lead  # product state members[i] -> row first + i (start 0 -> first), breadth-first order kept
+        size = len(members) + 2 + lead  # dead, [the quote], states, the accepting sink
         sink = size - 1
         trans = np.zeros((size, n_classes), dtype=np.int32)
         accepting = np.zeros(size, dtype=bool)
-        keep = live[self.src] & live[self.dst]
-        trans[number[self.src[keep]], self.cls[keep]] = number[self.dst[keep]]
-        for st, c in stops:
+        # the edges out of the members (only theirs: a landing's walk is a small part of a wide one), kept where
+        # they lead to a member too
+        starts, counts = self.f_ptr[members], self.f_ptr[members + 1] - self.f_ptr[members]
+        rows = np.repeat(np.arange(len(members)), counts)
+        edge = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(starts, counts)
+        to = np.searchsorted(members, self.f_dst[edge])
+        keep = to < len(members)
+        keep[keep] = members[to[keep]] == self.f_dst[edge[keep]]
+        trans[rows[keep] + first, self.f_cls[edge[keep]]] = to[keep] + first
+        at = np.searchsorted(members, [st for st, _ in stops])
+        for (_, c), row in zip(stops, at.tolist()):
             if c < 0:
-                accepting[number[st]] = True
+                accepting[row + first] = True
             else:
-                trans[number[st], c] = sink
+                trans[row + first, c] = sink
                 accepting[sink] = True
         if lead:
             trans[1, classes[QUOTE]] = 2

@@ -178,9 +178,13 @@ class SchemaCompiler:
         any_depth: int | None = None,
         additional_properties: bool = False,
         recursive: bool = False,
+        refs_as_rules: bool = False,
     ) -> None:
         self.root = root
         self.recursive = recursive
+        self.refs_as_rules = recursive and refs_as_rules
+        """Every plain `$ref` a rule of its own, not only a recursive one: a schema too large as one automaton
+        (definitions used in many places) as a grammar of automata that each stay small."""
         self.rules: list[Node] = []
         """With `recursive`: the body of rule k (one value) that `call(k)` in the compiled IR nests."""
         self._rule_index: dict[str, int] = {}
@@ -389,7 +393,7 @@ class SchemaCompiler:
         target = self._resolve(ref, _ptr(path, "$ref"))
         count = self._active_refs.get(ref, 0)
         siblings = {k: v for k, v in schema.items() if k != "$ref" and k not in ANNOTATIONS}
-        if count and not siblings and self._calls_here():
+        if (count or self.refs_as_rules) and not siblings and self._calls_here():
             return self._call(ref, target)
         if count >= self.max_ref_depth:
             return self._cut()
