@@ -60,7 +60,7 @@ def test_check_schemas_summary(tmp_path: Path, bytelevel_tokenizer: Tokenizer) -
         "schema": {"type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}, "required": ["n"], "additionalProperties": False},
         "tests": [{"valid": True, "data": {"n": 2}}, {"valid": False, "data": {"n": 4}}, {"valid": False, "data": {}}],
     }))
-    (folder / "unsupported.json").write_text(json.dumps({"schema": {"type": "string", "if": {}}, "tests": []}))
+    (folder / "unsupported.json").write_text(json.dumps({"schema": {"type": "array", "uniqueItems": True}, "tests": []}))
     result = CliRunner().invoke(app, ["check-schemas", str(folder), "--tokenizer", str(tokenizer), "--json", "--verbose"])
     assert result.exit_code == 0, result.output
     lines = result.stdout.strip().splitlines()

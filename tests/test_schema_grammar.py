@@ -409,7 +409,7 @@ def test_optional_parameters_can_be_skipped_and_order_is_fixed(bytelevel_vocab: 
 @pytest.mark.parametrize(
     ("schema", "keyword", "path"),
     [
-        ({"type": "object", "properties": {"x": {"type": "string", "if": {}}}}, "if", "#/properties/x/if"),
+        ({"type": "object", "properties": {"x": {"$dynamicRef": "#a"}}}, "$dynamicRef", "#/properties/x/$dynamicRef"),
         ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "uniqueItems", "#/uniqueItems"),
         ({"type": "number", "multipleOf": 0.7}, "multipleOf", "#/multipleOf"),
         ({"type": "object", "patternProperties": {"(?=a)": {}}}, "patternProperties", "#/patternProperties/(?=a)"),
@@ -433,7 +433,7 @@ def test_errors_name_the_tool(bytelevel_vocab: Vocabulary) -> None:
     good = ToolSpec("a", "", {"type": "object", "properties": {}})
     with pytest.raises(ToolSpecError, match="duplicate"):
         Compiler(bytelevel_vocab).compile([good, good])
-    bad = ToolSpec("b", "", {"type": "object", "properties": {"x": {"type": "string", "uniqueItems": True, "not": {"if": {}}}}})
+    bad = ToolSpec("b", "", {"type": "object", "properties": {"x": {"type": "string", "uniqueItems": True, "not": {"$dynamicRef": "#a"}}}})
     with pytest.raises(UnsupportedSchemaError) as info:
         Compiler(bytelevel_vocab).compile([bad])
     assert info.value.tool == "b" and "'b'" in str(info.value)

@@ -426,6 +426,38 @@ def test_multiple_of_without_a_small_automaton_is_refused(m: float) -> None:
     assert info.value.keyword == "multipleOf" and info.value.path == "#/multipleOf"
 
 
+# -- if / then / else ---------------------------------------------------------------------------------------------
+
+CONDITIONAL_VALUES: list[Any] = [*range(-3, 14), "", "a", "ab", "ba", "abc", None, True] + [
+    {"kind": k, **({"x": 1} if i & 1 else {}), **({"y": "s"} if i & 2 else {})} for k in "ab" for i in range(4)
+]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "integer", "if": {"minimum": 5}, "then": {"multipleOf": 2}, "else": {"maximum": 1}},
+        {"if": {"type": "string"}, "then": {"maxLength": 2}, "else": {"type": "integer", "minimum": 0}},
+        {"type": "string", "if": {"maxLength": 1}, "then": {"pattern": "^a"}},
+        {"type": "integer", "if": {"minimum": 5}, "else": {"minimum": 3}},
+        {"type": "integer", "then": {"minimum": 3}, "else": {"maximum": 0}},
+        {
+            "type": "object",
+            "properties": {"kind": {"enum": ["a", "b"]}, "x": {"type": "integer"}, "y": {"type": "string"}},
+            "required": ["kind"],
+            "additionalProperties": False,
+            "if": {"properties": {"kind": {"const": "a"}}},
+            "then": {"required": ["x"]},
+            "else": {"required": ["y"], "not": {"required": ["x"]}},
+        },
+    ],
+)
+def test_if_then_else_admits_exactly_the_valid_values(schema: dict[str, Any]) -> None:
+    """(if and then) or (not if and else), an absent branch true, then / else without if ignored: exactly what
+    jsonschema accepts."""
+    _agrees(schema, CONDITIONAL_VALUES)
+
+
 def test_multiples_module_spells_exact_decimals() -> None:
     dfa = compile_dfa(multiples(0.25, integer=False, lo=None, lo_incl=True, hi=None, hi_incl=True))
     for text in ["0", "0.25", "-1.5", "2.750", "3", "3.0", "1000000.75"]:

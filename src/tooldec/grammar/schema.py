@@ -104,8 +104,7 @@ ANNOTATIONS = frozenset(
 # Validation keywords we do not enforce in general (some are accepted where trivially satisfied).
 UNSUPPORTED = frozenset(
     {
-        "if", "then", "else", "unevaluatedProperties",
-        "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+        "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
     }
 )
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
@@ -366,6 +365,8 @@ class SchemaCompiler:
         for key in schema:
             if key in UNSUPPORTED:
                 raise self._unsupported(key, _ptr(path, key))
+        if "if" in schema or "then" in schema or "else" in schema:
+            return self._compile(_unconditional(schema), path)
         if "$ref" in schema:
             return self._ref(schema, path)
         if "allOf" in schema:
@@ -1431,6 +1432,18 @@ _MAX_KEYS = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxPropert
 _MIN_KEYS = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
 
 
+def _unconditional(schema: dict) -> dict:
+    """`if` / `then` / `else` as the combinators they stand for: (if and then) or (not if and else), an absent
+    branch true; `then` and `else` without `if` constrain nothing. The parts then merge and share one key
+    order like any `allOf` and `anyOf`."""
+    rest = {k: v for k, v in schema.items() if k not in ("if", "then", "else")}
+    if "if" not in schema or ("then" not in schema and "else" not in schema):
+        return rest
+    cond = schema["if"]
+    case = {"anyOf": [{"allOf": [cond, schema.get("then", True)]}, {"allOf": [{"not": cond}, schema.get("else", True)]}]}
+    return {**rest, "allOf": [*rest.get("allOf", []), case]} if "allOf" in rest else {**rest, "allOf": [case]}
+
+
 def _merge(a: dict, b: Any) -> dict | None:
     """The conjunction of two schemas as one schema, or None when it cannot be written as one simply."""
     if not isinstance(b, dict):
@@ -1468,6 +1481,10 @@ def _merge(a: dict, b: Any) -> dict | None:
             out[k] = sorted(both)
         elif k == "enum" and isinstance(cur, list) and isinstance(v, list):
             out[k] = [x for x in cur if x in v]
+        elif k == "not":  # neither a nor b: not (a or b)
+            out[k] = {"anyOf": [cur, v]}
+        elif k == "allOf" and isinstance(cur, list) and isinstance(v, list):
+            out[k] = cur + v
         elif k in _MAX_KEYS and not isinstance(cur, bool) and not isinstance(v, bool):
             out[k] = min(cur, v)
         elif k in _MIN_KEYS and not isinstance(cur, bool) and not isinstance(v, bool):
