@@ -12,7 +12,7 @@ simple_python with the given concurrency, greedy, and reports:
 - BFCL AST accuracy of the answers (tooldec.eval.bfcl), for context; HTTP errors (must be 0).
 
 The prompt is the same in every setup: SmolLM2's chat template ignores `tools`, so a system message lists them
-and shows the `<tool_call>` format (tooldec.eval.runners.BFCL_SYSTEM); `tools` and `tool_choice` go in the
+and shows the `<tool_call>` format (tooldec.eval.runners.bfcl.BFCL_SYSTEM); `tools` and `tool_choice` go in the
 request as usual.
 
     python benchmarks/vllm_tools.py --vllm-python /work/venv-vllm/bin/python --entries 50 --concurrency 8
@@ -36,7 +36,8 @@ from typing import Any
 from tooldec.eval.bfcl import check_entry
 from tooldec.eval.data import load_bfcl
 from tooldec.eval.metrics import SyntaxChecker
-from tooldec.eval.runners import bfcl_messages, chat_attempts
+from tooldec.eval.runners.bfcl import bfcl_messages
+from tooldec.eval.runners.scoring import chat_attempts
 from tooldec.integrations.vllm_server import CONFIGS, VLLMServer, free_port, server_command
 from tooldec.specs import from_openai_tools
 

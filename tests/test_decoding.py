@@ -29,7 +29,7 @@ from tooldec.decoding.kv_cache import GrowingCache
 from tooldec.decoding.logits_processor import ToolDecLogitsProcessor
 from tooldec.decoding.prefix import PromptPrefix
 from tooldec.decoding.sampling import apply_token_bitmask_inplace, sample_token
-from tooldec.eval.runners import spelled_text
+from tooldec.eval.runners.common import spelled_text
 from tooldec.grammar.calls import FORMATS, ParsedCall
 from tooldec.index import PreparedVocab, pack_bool, unpack
 from tooldec.specs import ToolSet

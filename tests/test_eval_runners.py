@@ -13,19 +13,18 @@ transformers = pytest.importorskip("transformers")
 
 from tooldec.backends.loader import LoadedModel
 from tooldec.chat import parse_call
-from tooldec.eval.compress import cache_key, clean_description, compress_tools, doc_key, short_description
-from tooldec.eval.metrics import SyntaxChecker
-from tooldec.eval.runners import (
-    Attempt,
-    EvalError,
-    chat_attempts,
-    classify,
+from tooldec.eval.compress import (
+    cache_key,
+    clean_description,
+    compress_tools,
     compressed_block,
-    prepare,
-    react_attempts,
+    doc_key,
+    short_description,
     shortened,
-    toolken_attempts,
 )
+from tooldec.eval.metrics import SyntaxChecker
+from tooldec.eval.runners import EvalError, prepare
+from tooldec.eval.runners.scoring import Attempt, chat_attempts, classify, react_attempts, toolken_attempts
 from tooldec.grammar.calls import ToolkenCall, get_format
 from tooldec.specs import ToolSpec, from_openai_tools
 from tooldec.toolsets.funcqa import funcqa_tools

@@ -206,14 +206,15 @@ def test_streamed_and_whole_answers_agree(client: Any, choice: Any) -> None:
                         calls[tc.index] = {"id": tc.id, "name": tc.function.name, "arguments": ""}
                     calls[tc.index]["arguments"] += tc.function.arguments or ""
                 finish = c.finish_reason or finish
-        assert content == (whole.message.content or "")
         streamed = [(c["name"], c["arguments"]) for c in calls.values()]
         complete = [(c.function.name, c.function.arguments) for c in whole.message.tool_calls or []]
         assert finish == whole.finish_reason
-        if finish == "length":  # a call cut by max_tokens was streamed in part; the whole answer leaves it out
-            assert streamed[: len(complete)] == complete and len(streamed) - len(complete) <= 1
+        cut = streamed[len(complete):]
+        if cut:  # a call cut by max_tokens was streamed in part; the whole answer gives its text as content
+            assert finish == "length" and streamed[: len(complete)] == complete and len(cut) == 1
+            assert (whole.message.content or "").startswith(content) and cut[0][1].rstrip() in whole.message.content
         else:
-            assert streamed == complete
+            assert streamed == complete and content == (whole.message.content or "")
         assert usage is not None and usage.completion_tokens > 0
 
 
@@ -718,24 +719,27 @@ AFTER_RESULT: list[dict[str, Any]] = [
 """A conversation that ends in a tool result (the turn where small models call the same tool again)."""
 
 
-def answered(client: Any, stream: bool, **kwargs: Any) -> tuple[str, list[tuple[str, str]], int]:
-    """The content, the calls (name, arguments) and the completion tokens of an answer, streamed or not."""
+def answered(client: Any, stream: bool, messages: list[dict[str, Any]] = AFTER_RESULT,
+             **kwargs: Any) -> tuple[str, list[tuple[str, str]], int, str | None]:
+    """The content, the calls (name, arguments), the completion tokens and the finish_reason of an answer to
+    `messages`, streamed or not (temperature 0 and 120 tokens unless `kwargs` say otherwise)."""
+    kwargs = {"temperature": 0, "max_tokens": 120, **kwargs}
     if not stream:
-        whole = ask(client, messages=AFTER_RESULT, temperature=0, max_tokens=120, **kwargs)
+        whole = ask(client, messages=messages, **kwargs)
         message = whole.choices[0].message
         calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or []]
-        return message.content or "", calls, whole.usage.completion_tokens
-    content, found, used = "", {}, 0
-    for chunk in ask(client, messages=AFTER_RESULT, temperature=0, max_tokens=120, stream=True,
-                     stream_options={"include_usage": True}, **kwargs):
+        return message.content or "", calls, whole.usage.completion_tokens, whole.choices[0].finish_reason
+    content, found, used, finish = "", {}, 0, None
+    for chunk in ask(client, messages=messages, stream=True, stream_options={"include_usage": True}, **kwargs):
         for c in chunk.choices:
             content += c.delta.content or ""
             for tc in c.delta.tool_calls or []:
                 if tc.id:
                     found[tc.index] = [tc.function.name, ""]
                 found[tc.index][1] += tc.function.arguments or ""
+            finish = c.finish_reason or finish
         used = chunk.usage.completion_tokens if chunk.usage else used
-    return content, [(n, a) for n, a in found.values()], used
+    return content, [(n, a) for n, a in found.values()], used, finish
 
 
 @pytest.mark.parametrize("written", [
@@ -751,11 +755,65 @@ def test_no_answer_after_a_tool_result_loses_what_the_model_wrote(written: str) 
     with scripted_server(written) as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
         for stream in (False, True):
-            content, calls, used = answered(client, stream, tools=TOOLS)
+            content, calls, used, _ = answered(client, stream, tools=TOOLS)
             assert used > 0 and (content or calls), (written, stream)
             if written.startswith(("{", "<", "`")):
                 assert [(n, json.loads(a)) for n, a in calls] == [
                     ("get_weather", json.loads(written[written.index("{"):written.rindex("}") + 1])["arguments"])]
+
+
+TOOL_RESULTS = st.lists(
+    st.tuples(st.sampled_from([("get_weather", '{"city": "Paris"}'), ("add", '{"a": 2, "b": 3}'), ("ping", "{}")]),
+              st.text(max_size=24)),
+    min_size=1, max_size=3,
+)
+
+
+def ending_in_results(results: list[tuple[tuple[str, str], str]]) -> list[dict[str, Any]]:
+    """A conversation whose last messages are the results of the calls of one assistant turn."""
+    calls = [{"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+             for i, ((name, arguments), _) in enumerate(results)]
+    return [*USER, {"role": "assistant", "content": "", "tool_calls": calls},
+            *({"role": "tool", "tool_call_id": f"call_{i}", "content": text} for i, (_, text) in enumerate(results))]
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(results=TOOL_RESULTS, seed=st.integers(0, 2**16), stream=st.booleans(), answer=st.booleans(),
+       choice=st.sampled_from(["auto", "none", "required"]), limit=st.integers(1, 32))
+def test_a_completion_after_tool_results_returns_what_it_wrote(client: Any, results: Any, seed: int, stream: bool,
+                                                               answer: bool, choice: str, limit: int) -> None:
+    """Whatever the random model writes after tool results, sampled, streamed or not, in every tool_choice, with
+    `tooldec_answer` or not, cut by max_tokens anywhere: a completion with completion_tokens > 0 returns content or
+    tool calls. The EOS that ends a stopped answer is a completion token but no text: an answer that is only EOS
+    is empty."""
+    content, calls, used, finish = answered(client, stream, ending_in_results(results), tools=TOOLS,
+                                            tool_choice=choice, temperature=1.0, seed=seed, max_tokens=limit,
+                                            extra_body={"tooldec_answer": answer})
+    written = used - (finish == "stop")
+    assert written == 0 or content or calls, (content, calls, used, finish)
+
+
+def test_an_answer_cut_anywhere_in_a_call_keeps_what_the_model_wrote() -> None:
+    """Cut by max_tokens at every token of a call after a tool result, the answer holds what the model wrote,
+    streamed and not: before the call's name is complete its text is content in both; after, the stream has the
+    call in part and the whole message (complete calls only) its text as content. Whole answers cut inside a call
+    came back empty."""
+    written = f"<tool_call>\n{WEATHER_CALL}"
+    with scripted_server(f"{written}\n</tool_call>") as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        for limit in range(1, 64):
+            content, calls, used, _ = answered(client, False, tools=TOOLS, max_tokens=limit)
+            if calls:
+                break
+            assert used >= limit and content and written.startswith(content), (limit, content)
+            streamed, streamed_calls, streamed_used, _ = answered(client, True, tools=TOOLS, max_tokens=limit)
+            assert streamed_used == used
+            if streamed_calls:
+                [(name, arguments)] = streamed_calls
+                assert name == "get_weather" and not streamed and arguments.rstrip() in content, (limit, content)
+            else:
+                assert streamed == content, limit
+    assert limit > 1 and [(n, json.loads(a)) for n, a in calls] == [("get_weather", {"city": "Paris", "days": 3})]
 
 
 def test_tooldec_answer_answers_instead_of_repeating_an_answered_call() -> None:
@@ -764,9 +822,9 @@ def test_tooldec_answer_answers_instead_of_repeating_an_answered_call() -> None:
     with scripted_server(WEATHER_CALL) as srv:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
         for stream in (False, True):
-            _, calls, _ = answered(client, stream, tools=TOOLS)
+            _, calls, _, _ = answered(client, stream, tools=TOOLS)
             assert [n for n, _ in calls] == ["get_weather"]
-            content, calls, used = answered(client, stream, tools=TOOLS, extra_body={"tooldec_answer": True})
+            content, calls, used, _ = answered(client, stream, tools=TOOLS, extra_body={"tooldec_answer": True})
             assert not calls and content and used > 0, stream
             assert '"name":' not in content
 

@@ -13,7 +13,7 @@ from tooldec.chat.reader import call_at_end
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController
 from tooldec.decoding.trigger import Triggers
-from tooldec.eval.runners import chat_attempts
+from tooldec.eval.runners.scoring import chat_attempts
 from tooldec.grammar.calls import BARE_OPENING, get_format
 from tooldec.specs import ToolSpec
 from tooldec.vocab import Vocabulary

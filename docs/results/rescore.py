@@ -24,7 +24,9 @@ from pathlib import Path
 from tooldec.eval import data as datasets
 from tooldec.eval import report
 from tooldec.eval.restbench_sim import RestSimulator
-from tooldec.eval.runners import Attempt, bfcl_calls, classify, react_checker
+from tooldec.eval.runners.bfcl import bfcl_calls
+from tooldec.eval.runners.restbench import react_checker
+from tooldec.eval.runners.scoring import Attempt, classify
 from tooldec.specs import from_openai_tools
 
 CUT_OFF = "cut off by the token limit"

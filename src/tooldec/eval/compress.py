@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from tooldec.decoding import FreeController
 from tooldec.decoding.decoder import Decoder
 from tooldec.errors import ToolDecError
 from tooldec.grammar.calls import CallParseError, ParsedCall
-from tooldec.specs import ToolSpec
+from tooldec.specs import ToolSet, ToolSpec
 
 COMPRESS_PROMPT = """\
 Below is the documentation of one API tool, as JSON. Rewrite it as one short sentence that says what the \
@@ -165,3 +165,17 @@ def write_compressed(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:
     tmp = file.with_name(file.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, file)
+
+
+def shortened(tools: Iterable[ToolSpec], short: Mapping[str, str]) -> ToolSet:
+    """The tools with their short descriptions (`tooldec compress-tools`, keyed by documentation), parameters kept."""
+    return ToolSet([ToolSpec(t.name, short_description(short, t), t.parameters) for t in tools])
+
+
+def compressed_block(tools: ToolSet) -> str:
+    """One line per tool, `name(param, ...): description`, without types or syntax (for shortened tools)."""
+    lines = []
+    for tool in tools:
+        params = ", ".join(tool.parameters.get("properties", {}))
+        lines.append(f"- {tool.name}({params}): {tool.description}")
+    return "\n".join(lines)

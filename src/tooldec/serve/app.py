@@ -193,7 +193,7 @@ def create_app(lm: LoadedModel, config: ServeConfig | None = None) -> FastAPI:
         if job.finish_reason == "error":
             raise APIError(f"generation failed: {job.error}", status=500, type="server_error")
         calls = [c.to_openai() for c in builder.complete_calls]
-        content = builder.content if (builder.content or not calls) else None
+        content = builder.message_content if (builder.message_content or not calls) else None
         return protocol.completion(
             cid, cfg.model_name, created, content, calls, _finish_reason(job),
             protocol.usage(len(prompt), job.completion_tokens),

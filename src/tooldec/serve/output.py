@@ -98,6 +98,8 @@ class OutputBuilder:
     content: str = ""
     calls: list[ToolCallOut] = field(default_factory=list)
     mismatches: list[str] = field(default_factory=list)
+    cut_call: str = ""
+    """The text of a call the token limit cut after its name was announced (set by `finish`)."""
 
     def __post_init__(self) -> None:
         self._deltas: list[dict[str, Any]] = []
@@ -170,8 +172,22 @@ class OutputBuilder:
         return out
 
     def finish(self) -> None:
-        """Release the content held back (the row is over)."""
+        """Release the content held back (the row is over). A call the row stopped inside (cut by the token
+        limit) is not lost: before its name was complete nothing of it reached the client, so its text is content;
+        after, its part was streamed as a call, and `cut_call` keeps its text for the whole message."""
+        if self.in_call and self.kind not in WHOLE:
+            if len(self.calls) == self._event_first:
+                self._content += self._call
+            else:
+                self.cut_call = bytes(self._call).decode("utf-8", errors="replace").strip()
+            self._call = bytearray()
         self._release(final=True)
+
+    @property
+    def message_content(self) -> str:
+        """The content of the whole (non-streamed) message: the content, then the text of a call the token limit
+        cut after its name (a whole message holds complete calls only)."""
+        return "\n".join(part for part in (self.content, self.cut_call) if part)
 
     @property
     def complete_calls(self) -> list[ToolCallOut]:
