@@ -456,8 +456,8 @@ BAD_REQUESTS: list[tuple[str, Any, int, str | None, str]] = [
     ("response_format of unknown type", {"messages": USER, "response_format": {"type": "yaml"}}, 400,
      "response_format.type", "Input should be"),
     ("response schema unsupported", {"messages": USER, "response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object", "if": {"required": ["a"]}, "then": {}}}}}, 400,
-     "response_format.json_schema.schema.if", "'if'"),
+        "name": "x", "schema": {"type": "object", "$dynamicRef": "#node"}}}}, 400,
+     "response_format.json_schema.schema.$dynamicRef", "'$dynamicRef'"),
     ("temperature NaN", f'{{"model": "{MODEL}", "messages": [{{"role": "user", "content": "x"}}], "temperature": NaN}}',
      400, "temperature", "less than or equal"),
     ("max_tokens 1e400", f'{{"model": "{MODEL}", "messages": [{{"role": "user", "content": "x"}}], "max_tokens": 1e400}}',
