@@ -298,7 +298,7 @@ def run(
         "small and fast)."
     ),
     format: str | None = typer.Option(
-        None, "--format", help="toolken | react | chat (default: toolken for the math tools, else react)."
+        None, "--format", help="toolken | react | chat (default: toolken for the math tools, else chat)."
     ),
     tool_choice: str = typer.Option("auto", "--tool-choice", help="chat format: auto | none | required | NAME."),
     call_layout: str = typer.Option(
@@ -359,7 +359,8 @@ def run(
         params = SamplingParams(temperature=temperature, top_p=top_p or 1.0, seed=seed)
     except (ToolDecError, OSError, ImportError, ValueError) as exc:
         _fail(str(exc))
-    mode = format or ("toolken" if tools is None else "react")
+    # chat answers 8 of the 10 everyday questions on either backend, ReAct 4-5 (docs/models.md)
+    mode = format or ("toolken" if tools is None else "chat")
     common = {"guided": guidance, "jump_forward": jump_forward, "params": params, "max_new_tokens": max_new_tokens,
               "explain": explain}
     try:
