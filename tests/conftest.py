@@ -167,6 +167,17 @@ NUMBER: /[0-9]+/
 """Left-recursive arithmetic in Lark, without spaces: the grammar of the structured-output and vLLM grammar tests."""
 
 
+ARITH_WS = """
+start: expr
+expr: expr "+" term | expr "-" term | term
+term: term "*" factor | factor
+factor: "-" factor | "(" expr ")" | NUMBER
+NUMBER: /[0-9]+/
+%ignore " "
+"""
+"""Left-recursive arithmetic with minus and ignored spaces, in Lark: the serve grammar and custom-tool tests'."""
+
+
 @pytest.fixture(scope="module")
 def factory(vocab: Vocabulary) -> Any:
     """The vLLM processor's policy factory over the module's `vocab` fixture, in the Hermes syntax."""

@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 import lark
 import pytest
+from conftest import ARITH_WS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,15 +28,6 @@ from tooldec.sample import random_walk
 from tooldec.specs import ToolSet, from_openai_tools
 from tooldec.vocab import Vocabulary
 
-ARITH_WS = """
-start: expr
-expr: expr "+" term | expr "-" term | term
-term: term "*" factor | factor
-factor: "-" factor | "(" expr ")" | NUMBER
-NUMBER: /[0-9]+/
-%ignore " "
-"""
-"""Left-recursive arithmetic with ignored spaces, in Lark."""
 SQL = r"""
 start: "SELECT " cols " FROM " NAME where?
 cols: NAME ("," NAME)*

@@ -132,16 +132,26 @@ class Server:
         self.thread.join(30)
 
 
+def serving(lm: LoadedModel, max_tokens: int) -> Server:
+    """A server of `lm` for one module's tests (batch 4, 2,048 tokens of context), started by `with`."""
+    return Server(create_app(lm, ServeConfig(model_name=MODEL, max_batch=4, default_max_tokens=max_tokens,
+                                             max_model_len=2048)))
+
+
+def client_of(server: Server) -> Any:
+    """The openai client of a test server (no retries: a failure shows at once)."""
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
 @pytest.fixture(scope="module")
 def server(lm: LoadedModel) -> Iterator[Server]:
-    app = create_app(lm, ServeConfig(model_name=MODEL, max_batch=4, default_max_tokens=96, max_model_len=2048))
-    with Server(app) as srv:
+    with serving(lm, 96) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> Any:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    return client_of(server)
 
 
 def check_calls(message: Any) -> list[tuple[str, dict[str, Any]]]:

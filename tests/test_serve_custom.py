@@ -20,11 +20,11 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 lark = pytest.importorskip("lark")
 
-from test_custom_tools import ARITH_WS, CODE, SQL, WEATHER, custom, grammar
-from test_serve import MODEL, USER, Server
+from conftest import ARITH_WS
+from test_custom_tools import CODE, SQL, WEATHER, custom, grammar
+from test_serve import MODEL, USER, Server, client_of, serving
 
 from tooldec.backends.loader import LoadedModel
-from tooldec.serve import ServeConfig, create_app
 
 CALC = custom("calc", grammar("lark", ARITH_WS))
 QUERY = custom("sql", grammar("lark", SQL))
@@ -43,14 +43,13 @@ def lm(chatml_llama: Any) -> Iterator[LoadedModel]:
 
 @pytest.fixture(scope="module")
 def server(lm: LoadedModel) -> Iterator[Server]:
-    app = create_app(lm, ServeConfig(model_name=MODEL, max_batch=4, default_max_tokens=96, max_model_len=2048))
-    with Server(app) as srv:
+    with serving(lm, 96) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> Any:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    return client_of(server)
 
 
 def ask(client: Any, tools: list[dict[str, Any]], **kwargs: Any) -> Any:

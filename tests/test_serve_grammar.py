@@ -19,21 +19,11 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 lark = pytest.importorskip("lark")
 
-from test_serve import MODEL, USER, Server
+from conftest import ARITH_WS
+from test_serve import MODEL, USER, Server, client_of, serving
 
 from tooldec.backends.loader import LoadedModel
 from tooldec.grammar.cfg import sniff_syntax
-from tooldec.serve import ServeConfig, create_app
-
-ARITH = """
-start: expr
-expr: expr "+" term | expr "-" term | term
-term: term "*" factor | factor
-factor: "-" factor | "(" expr ")" | NUMBER
-NUMBER: /[0-9]+/
-%ignore " "
-"""
-"""Left-recursive arithmetic, in Lark."""
 
 LIST_GBNF = r"""
 root ::= "[" item ("," item)* "]"
@@ -58,14 +48,13 @@ def lm(chatml_llama: Any) -> Iterator[LoadedModel]:
 
 @pytest.fixture(scope="module")
 def server(lm: LoadedModel) -> Iterator[Server]:
-    app = create_app(lm, ServeConfig(model_name=MODEL, max_batch=4, default_max_tokens=64, max_model_len=2048))
-    with Server(app) as srv:
+    with serving(lm, 64) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> Any:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    return client_of(server)
 
 
 def ask(client: Any, grammar: str, **kwargs: Any) -> Any:
@@ -84,12 +73,12 @@ def streamed(client: Any, grammar: str, **kwargs: Any) -> tuple[str, str | None]
 
 
 def test_the_syntax_is_read_from_the_text() -> None:
-    assert sniff_syntax(LIST_GBNF) == "gbnf" and sniff_syntax(ARITH) == "lark"
+    assert sniff_syntax(LIST_GBNF) == "gbnf" and sniff_syntax(ARITH_WS) == "lark"
     assert sniff_syntax('start: "a ::= b"') == "lark"
     assert sniff_syntax("json-value ::= [0-9]") == "gbnf"
 
 
-@pytest.mark.parametrize(("grammar", "oracle"), [(ARITH, ARITH), (LIST_GBNF, LIST_LARK)], ids=["lark", "gbnf"])
+@pytest.mark.parametrize(("grammar", "oracle"), [(ARITH_WS, ARITH_WS), (LIST_GBNF, LIST_LARK)], ids=["lark", "gbnf"])
 def test_sampled_answers_are_sentences_of_the_grammar(client: Any, grammar: str, oracle: str) -> None:
     parser = lark.Lark(oracle, parser="earley")
     ended = []
@@ -102,7 +91,7 @@ def test_sampled_answers_are_sentences_of_the_grammar(client: Any, grammar: str,
     assert len(ended) >= 3 and max(map(len, ended)) > 4, ended  # not only the shortest sentences
 
 
-@pytest.mark.parametrize("grammar", [ARITH, LIST_GBNF], ids=["lark", "gbnf"])
+@pytest.mark.parametrize("grammar", [ARITH_WS, LIST_GBNF], ids=["lark", "gbnf"])
 def test_streamed_and_whole_answers_agree(client: Any, grammar: str) -> None:
     for seed in range(2):
         whole = ask(client, grammar, temperature=1.0, seed=seed).choices[0]
@@ -126,18 +115,18 @@ def test_a_bad_grammar_is_a_400_naming_its_line_and_column(client: Any, server: 
         assert where in error["message"] and "column" in error["message"], error
     with pytest.raises(openai.BadRequestError, match="line 1"):
         ask(client, "start: missing\n")
-    assert ask(client, ARITH, temperature=0).choices[0].finish_reason in ("stop", "length")  # still serving
+    assert ask(client, ARITH_WS, temperature=0).choices[0].finish_reason in ("stop", "length")  # still serving
 
 
 @pytest.mark.parametrize(
     ("outputs", "extra", "param", "words"),
     [
-        ({"grammar": ARITH}, {"tools": [{"type": "function", "function": {"name": "f"}}]},
+        ({"grammar": ARITH_WS}, {"tools": [{"type": "function", "function": {"name": "f"}}]},
          "structured_outputs.grammar", "callable tools"),
-        ({"grammar": ARITH}, {"response_format": {"type": "json_object"}}, "structured_outputs.grammar",
+        ({"grammar": ARITH_WS}, {"response_format": {"type": "json_object"}}, "structured_outputs.grammar",
          "response_format"),
         ({"regex": "(?<=a)b"}, {}, "structured_outputs.regex", "lookaround"),
-        ({"grammar": ARITH, "choice": ["a", "b"]}, {}, "structured_outputs.choice", "one of grammar, regex"),
+        ({"grammar": ARITH_WS, "choice": ["a", "b"]}, {}, "structured_outputs.choice", "one of grammar, regex"),
         ({"choice": []}, {}, "structured_outputs.choice", "at least one option"),
         ({"structural_tag": "x"}, {}, "structured_outputs.structural_tag", "not supported"),
         ({}, {}, "structured_outputs", "needs one of json, regex"),
@@ -162,10 +151,10 @@ def test_structured_outputs_it_cannot_honour_are_a_400(server: Server, outputs: 
 
 def test_a_grammar_with_tools_that_may_not_be_called(client: Any) -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
-    answer = ask(client, ARITH, tools=tools, tool_choice="none", temperature=0).choices[0]
+    answer = ask(client, ARITH_WS, tools=tools, tool_choice="none", temperature=0).choices[0]
     assert not answer.message.tool_calls
     if answer.finish_reason == "stop":
-        lark.Lark(ARITH, parser="earley").parse(answer.message.content)
+        lark.Lark(ARITH_WS, parser="earley").parse(answer.message.content)
 
 
 def test_a_regex_or_a_choice_guides_the_whole_answer(client: Any) -> None:
