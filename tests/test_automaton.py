@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import itertools
 import re
+import signal
+import time
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -202,3 +205,28 @@ def test_empty_language_has_dead_start() -> None:
     assert compile_dfa(NOTHING).start == DEAD
     assert compile_dfa(seq(lit("a"), NOTHING)).start == DEAD
     assert compile_dfa(Intersect((lit("a"), lit("b")))).start == DEAD
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_a_signal_stops_a_long_compile_with_its_own_exception() -> None:
+    # 2**18 DFA states (about 1.5 s here): the core checks Python's signals while it builds, and the exception
+    # the handler raised reaches the caller as it is (not a RuntimeError of the bindings)
+    ab = alt(lit("a"), lit("b"))
+    node = seq(Repeat(ab, 0, None), lit("a"), Repeat(ab, 17, 17))
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stopped()
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    start = time.perf_counter()
+    try:
+        with pytest.raises(_Stopped):
+            compile_dfa(node)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.perf_counter() - start < 1.0

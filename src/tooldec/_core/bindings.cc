@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "batch.h"
-#include "cfg_bindings.h"
+#include "bindings.h"
 #include "common.h"
 #include "dfa.h"
 #include "index.h"
@@ -148,6 +148,17 @@ void check_ir(const carray<int32_t>& code, const carray<int64_t>& ptr, int64_t n
   }
 }
 
+// The DFA as Python's (trans int32[n, nc], classes uint8[256], accepting bool[n], start).
+py::tuple to_python(const Dfa& d) {
+  py::array_t<int32_t> trans({static_cast<py::ssize_t>(d.n), static_cast<py::ssize_t>(d.nc)});
+  std::memcpy(trans.mutable_data(), d.trans.data(), d.trans.size() * sizeof(int32_t));
+  py::array_t<uint8_t> classes(256);
+  std::memcpy(classes.mutable_data(), d.classes.data(), 256);
+  py::array_t<bool> acc(d.n);
+  for (int32_t i = 0; i < d.n; ++i) acc.mutable_data()[i] = d.accepting[i] != 0;
+  return py::make_tuple(trans, classes, acc, d.start);
+}
+
 // One IR node table -> for each root, NFA (Thompson) -> pruned DFA, as (trans, classes, accepting, start), or the
 // message of an automaton past its bounds (a str). The table is (code, ptr, masks, embedded dfas); the roots share
 // its nodes (a tool set's tools share most of theirs).
@@ -163,8 +174,16 @@ py::list compile_irs(carray<int32_t> code, carray<int64_t> ptr, carray<uint8_t> 
     if (r < 0 || r >= n_nodes) throw std::out_of_range("a root is not a node of the table");
   IrTable ir{code.data(), ptr.data(), n_nodes, std::vector<Mask>(static_cast<size_t>(masks.shape(0))), held.views};
   for (size_t i = 0; i < ir.masks.size(); ++i) std::memcpy(ir.masks[i].data(), masks.data() + 32 * i, 32);
+  threads = root_threads(threads, static_cast<int64_t>(roots.size()));
+  std::vector<RootDfa> dfas_out;
+  if (threads == 1) {
+    dfas_out = compile_roots(ir, roots, max_nfa_states, max_dfa_states, 1);
+  } else {
+    py::gil_scoped_release release;
+    dfas_out = compile_roots(ir, roots, max_nfa_states, max_dfa_states, threads);
+  }
   py::list out;
-  for (RootDfa& got : compile_roots(ir, roots, max_nfa_states, max_dfa_states, threads)) {
+  for (RootDfa& got : dfas_out) {
     if (got.too_large.empty())
       out.append(to_python(got.dfa));
     else
@@ -212,14 +231,21 @@ std::shared_ptr<Vocab> make_vocab(carray<uint8_t> flat, carray<int64_t> offsets,
   if (o[offsets.shape(0) - 1] > flat.shape(0)) invalid("a token offset is past the token bytes");
   for (int64_t i = 0; i < eos.shape(0); ++i)
     if (eos.data()[i] < 0 || eos.data()[i] >= size) throw std::out_of_range("EOS id outside the vocabulary");
-  return std::make_shared<Vocab>(flat, offsets, eos, static_cast<int32_t>(size));
+  return std::make_shared<Vocab>(std::vector<uint8_t>(flat.data(), flat.data() + flat.shape(0)),
+                                 std::vector<int64_t>(o, o + offsets.shape(0)),
+                                 std::vector<int32_t>(eos.data(), eos.data() + eos.shape(0)),
+                                 static_cast<int32_t>(size));
 }
 
 std::unique_ptr<Index> make_index(std::shared_ptr<Vocab> vocab, carray<int32_t> trans, carray<uint8_t> classes,
                                   carray<bool> accepting, bool share_regions) {
   if (!vocab) throw py::type_error("an index needs a Vocab");
-  check_dfa(trans, classes, accepting, 0);
-  return std::make_unique<Index>(std::move(vocab), trans, classes, accepting, share_regions);
+  const DfaView view = check_dfa(trans, classes, accepting, 0);
+  // the table is read in place: the pointer owns the array (released under the GIL, as the index is)
+  auto owner = std::make_shared<carray<int32_t>>(trans);
+  std::shared_ptr<const int32_t> rows(owner, view.trans);
+  return std::make_unique<Index>(std::move(vocab), std::move(rows), view.n, view.nc, view.classes, view.accepting,
+                                 share_regions);
 }
 
 // A state an index holds: in [0, num_states), or FINAL where `final_ok`.
@@ -356,6 +382,13 @@ PYBIND11_MODULE(_core, m) {
   using namespace tooldec;
   m.doc() = "tooldec's compiled core: grammar IR to DFA, products, the token index and batch mask operations.";
   py::register_exception<SchemaTooLarge>(m, "AutomatonTooLarge", PyExc_ValueError);
+  python_signals = &PyErr_CheckSignals;
+  py::register_local_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const SignalRaised&) {  // the handler's exception is already set in the interpreter
+    }
+  });
   m.def("compile_irs", &compile_irs,
         "A grammar IR node table to one pruned DFA per root (Thompson NFA, subset construction), on up to "
         "`threads` threads.",

@@ -1,15 +1,12 @@
 // Python bindings of the context-free guide: CfgGrammar (a compiled grammar over one vocabulary) and CfgMatcher
 // (one sequence). Every input is checked here, so that no Python value can crash the process.
-#include "cfg_bindings.h"
-
-#include <pybind11/numpy.h>
-#include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <deque>
 #include <string>
 #include <vector>
 
+#include "bindings.h"
 #include "cfg_matcher.h"
 #include "common.h"
 

@@ -1,5 +1,5 @@
-// Shared by every part of tooldec's compiled core: the array type the bindings hand in, the DFA state
-// constants, the size limits, byte masks and the hashes of state lists, and the signal check of long builds.
+// Shared by every part of tooldec's compiled core: the DFA state constants, the size limits, byte masks and the
+// hashes of state lists, and the signal check of long builds.
 //
 // The core, in one paragraph: a grammar IR becomes an NFA (thompson.cc) and then a DFA (subset.cc), DFAs combine
 // (product.cc, union.cc) and shrink (minimize.cc); the vocabulary's tokens form a preorder trie (vocab.h), and
@@ -8,9 +8,6 @@
 // and it checks every argument before any of this runs.
 #pragma once
 
-#include <pybind11/numpy.h>
-#include <pybind11/pybind11.h>
-
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -18,11 +15,6 @@
 #include <vector>
 
 namespace tooldec {
-
-namespace py = pybind11;
-
-template <typename T>
-using carray = py::array_t<T, py::array::c_style | py::array::forcecast>;
 
 constexpr int32_t DEAD = 0;
 constexpr int32_t FINAL = -1;
@@ -91,9 +83,18 @@ inline int popcount32(uint32_t x) {
 // parallel_for clears it on its threads, which run without the GIL.
 inline thread_local bool t_check_signals = true;
 
-// Every 1024th call, raise a pending Python signal (KeyboardInterrupt, a time limit) as an exception.
+// Python's signal check (PyErr_CheckSignals: runs pending handlers, nonzero when one raised), set by the bindings
+// when the module loads; the core itself never includes Python's or pybind11's headers.
+inline int (*python_signals)() = nullptr;
+
+// A Python signal handler raised (KeyboardInterrupt, a time limit): its exception is already set in the
+// interpreter, and the bindings hand it on to the caller.
+struct SignalRaised {};
+
+// Every 1024th call, run pending Python signal handlers and stop with SignalRaised if one raised.
 inline void check_signals(size_t& tick) {
-  if ((++tick & 1023) == 0 && t_check_signals && PyErr_CheckSignals() != 0) throw py::error_already_set();
+  if ((++tick & 1023) == 0 && t_check_signals && python_signals != nullptr && python_signals() != 0)
+    throw SignalRaised{};
 }
 
 }  // namespace tooldec

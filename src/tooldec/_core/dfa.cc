@@ -101,14 +101,4 @@ Dfa finish_table(const std::vector<int32_t>& table, int32_t nc, const std::vecto
   return d;
 }
 
-py::tuple to_python(const Dfa& d) {
-  py::array_t<int32_t> trans({static_cast<py::ssize_t>(d.n), static_cast<py::ssize_t>(d.nc)});
-  std::memcpy(trans.mutable_data(), d.trans.data(), d.trans.size() * sizeof(int32_t));
-  py::array_t<uint8_t> classes(256);
-  std::memcpy(classes.mutable_data(), d.classes.data(), 256);
-  py::array_t<bool> acc(d.n);
-  for (int32_t i = 0; i < d.n; ++i) acc.mutable_data()[i] = d.accepting[i] != 0;
-  return py::make_tuple(trans, classes, acc, d.start);
-}
-
 }  // namespace tooldec

@@ -32,9 +32,6 @@ struct DfaView {
 Dfa finish_table(const std::vector<int32_t>& table, int32_t nc, const std::vector<int32_t>& cls,
                  const std::vector<uint8_t>& accepting);
 
-// The DFA as Python's (trans int32[n, nc], classes uint8[256], accepting bool[n], start).
-py::tuple to_python(const Dfa& d);
-
 // Subset construction of an NFA given as CSR arrays: n states, byte edges ep/em/et (mask id, target), epsilon
 // edges xp/xt; throws SchemaTooLarge past max_states.
 Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, const std::vector<Mask>& mask_list,

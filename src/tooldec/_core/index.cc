@@ -10,15 +10,12 @@
 
 namespace tooldec {
 
-Index::Index(std::shared_ptr<Vocab> vocab, carray<int32_t> trans, carray<uint8_t> classes, carray<bool> accepting,
-             bool share_regions)
-    : vocab_(std::move(vocab)), share_(share_regions) {
-  n_ = static_cast<int32_t>(trans.shape(0));
-  nc_ = static_cast<int32_t>(trans.shape(1));
-  trans_array_ = trans;  // read in place: the array is kept alive with the index
-  trans_ = trans_array_.data();
-  std::memcpy(classes_, classes.data(), 256);
-  accepting_.assign(accepting.data(), accepting.data() + n_);
+Index::Index(std::shared_ptr<Vocab> vocab, std::shared_ptr<const int32_t> trans, int32_t n, int32_t nc,
+             const uint8_t* classes, const bool* accepting, bool share_regions)
+    : vocab_(std::move(vocab)), share_(share_regions), n_(n), nc_(nc), trans_owner_(std::move(trans)) {
+  trans_ = trans_owner_.get();
+  std::memcpy(classes_, classes, 256);
+  accepting_.assign(accepting, accepting + n_);
   class_size_.assign(nc_, 0);
   class_bits_.assign(nc_, Mask{0, 0, 0, 0});
   for (int b = 0; b < 256; ++b) {

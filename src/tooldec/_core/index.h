@@ -32,10 +32,11 @@ struct Entry {
 
 class Index {
  public:
-  // The index of a DFA (checked by the bindings: every target and class in range, n >= 1) over a vocabulary;
-  // the transition table is read in place and kept alive with the index.
-  Index(std::shared_ptr<Vocab> vocab, carray<int32_t> trans, carray<uint8_t> classes, carray<bool> accepting,
-        bool share_regions);
+  // The index of a DFA (checked by the bindings: every target and class in range, n >= 1) over a vocabulary:
+  // `trans` holds n rows of nc targets, read in place (the pointer keeps their owner alive), `classes` 256 byte
+  // classes and `accepting` n flags, both copied.
+  Index(std::shared_ptr<Vocab> vocab, std::shared_ptr<const int32_t> trans, int32_t n, int32_t nc,
+        const uint8_t* classes, const bool* accepting, bool share_regions);
   ~Index() = default;
   Index(const Index&) = delete;
   Index& operator=(const Index&) = delete;
@@ -276,8 +277,8 @@ class Index {
   std::shared_ptr<Vocab> vocab_;
   bool share_ = true;
   int32_t n_ = 0, nc_ = 0;
-  carray<int32_t> trans_array_;
-  const int32_t* trans_ = nullptr;  // trans_array_'s rows, n_ x nc_
+  std::shared_ptr<const int32_t> trans_owner_;
+  const int32_t* trans_ = nullptr;  // trans_owner_'s rows, n_ x nc_
   uint8_t classes_[256];
   std::vector<std::pair<int32_t, int32_t>> class_runs_;  // (first byte, class) of each run of bytes in one class
   std::vector<uint8_t> accepting_;

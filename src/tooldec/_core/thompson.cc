@@ -213,6 +213,10 @@ class Thompson {
 
 }  // namespace
 
+int root_threads(int threads, int64_t roots) {
+  return std::max(1, std::min<int>(threads, static_cast<int>(roots / 8)));
+}
+
 std::vector<RootDfa> compile_roots(const IrTable& ir, const std::vector<int32_t>& roots, int64_t max_nfa_states,
                                    int64_t max_dfa_states, int threads) {
   std::vector<RootDfa> out(roots.size());
@@ -226,14 +230,7 @@ std::vector<RootDfa> compile_roots(const IrTable& ir, const std::vector<int32_t>
       out[static_cast<size_t>(i)].too_large = e.what();
     }
   };
-  const int64_t n = static_cast<int64_t>(roots.size());
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(n / 8)));  // a thread for 8 roots at least
-  if (threads == 1) {
-    parallel_for(0, n, 1, 1, build);
-  } else {
-    py::gil_scoped_release release;
-    parallel_for(0, n, 1, threads, build);
-  }
+  parallel_for(0, static_cast<int64_t>(roots.size()), 1, threads, build);
   return out;
 }
 

@@ -35,8 +35,11 @@ struct RootDfa {
   std::string too_large;
 };
 
-// The DFA of each root, on up to `threads` threads: a thread for 8 roots at least; with more than one the GIL is
-// released while they run (a signal is then seen only when all are done).
+// The threads compile_roots should use for `roots` roots when up to `threads` are allowed: one for 8 roots at least.
+int root_threads(int threads, int64_t roots);
+
+// The DFA of each root, on `threads` threads (root_threads'); with more than one the caller must have released the
+// GIL (a signal is then seen only when all are done).
 std::vector<RootDfa> compile_roots(const IrTable& ir, const std::vector<int32_t>& roots, int64_t max_nfa_states,
                                    int64_t max_dfa_states, int threads);
 

@@ -5,12 +5,10 @@
 
 namespace tooldec {
 
-Vocab::Vocab(carray<uint8_t> flat, carray<int64_t> offsets, carray<int32_t> eos, int32_t size) : size_(size) {
+Vocab::Vocab(std::vector<uint8_t> flat, std::vector<int64_t> offsets, std::vector<int32_t> eos, int32_t size)
+    : bytes_(std::move(flat)), off_(std::move(offsets)), size_(size), eos_(std::move(eos)) {
   words_ = (size + 31) / 32;
-  bytes_.assign(flat.data(), flat.data() + flat.shape(0));
-  off_.assign(offsets.data(), offsets.data() + offsets.shape(0));
   off_.resize(size + 1, off_.back());  // ids past the tokenizer (model padding) have no bytes
-  eos_.assign(eos.data(), eos.data() + eos.shape(0));
   build_trie();
 }
 

@@ -40,7 +40,7 @@ class Vocab {
  public:
   // The tokenizer's byte strings: token t is flat[offsets[t] .. offsets[t + 1]); ids from offsets' end up to
   // `size` (model padding) have no bytes. The arrays are checked by the bindings.
-  Vocab(carray<uint8_t> flat, carray<int64_t> offsets, carray<int32_t> eos, int32_t size);
+  Vocab(std::vector<uint8_t> flat, std::vector<int64_t> offsets, std::vector<int32_t> eos, int32_t size);
 
   int32_t size() const { return size_; }
   int32_t words() const { return words_; }
