@@ -288,3 +288,40 @@ def test_apply_bitmask_checks_sizes_pointers_and_rows() -> None:
     _core.apply_bitmask_f32(ptrs[0], 2, 40, 40, ptrs[1], 2)
     assert logits[0, 0] == 0 and np.isneginf(logits[:, 1:]).all()
     _core.apply_bitmask_f32(0, 0, 0, 0, 0, 0)
+
+
+def _walk_args() -> list[Any]:
+    """A valid token_walk call over DFA: one class per DFA class, two modes (0 reads on, `}` closes the token)."""
+    trans = DFA[0]
+    k = trans.shape[1]
+    modes = np.zeros((2, k), dtype=np.int64)
+    modes[0, DFA[1][ord("}")]] = -2
+    return [trans, np.arange(k, dtype=np.int32), modes, DFA[3], 0, None, 1000]
+
+
+@FUZZ
+@given(st.data())
+def test_token_walk_refuses_malformed_tables(data: st.DataObject) -> None:
+    args = _walk_args()
+    at = data.draw(st.integers(0, 6))
+    if at in (3, 4, 6):
+        args[at] = data.draw(INTS)
+    elif at == 5:
+        args[at] = _mutated(np.zeros(DFA[0].shape[0], dtype=bool), data)
+    else:
+        args[at] = _mutated(args[at], data)
+    _calls_fail_cleanly(lambda: _core.token_walk(*args))
+
+
+def test_token_walk_walks_and_bounds() -> None:
+    """From `{`'s target the walk reads `a`, `b`, `x` and closes at `}` into the accepting state; a bound below
+    its size is AutomatonTooLarge."""
+    args = _walk_args()
+    args[3] = int(DFA[0][DFA[3], DFA[1][ord("{")]])
+    size, src, cls, dst, landings = _core.token_walk(*args)
+    assert size == 2 and len(src) == len(cls) == len(dst) and list(src) == sorted(src)  # the start, then the loop
+    assert len(landings) == 1 and DFA[2][landings[0][0]]
+    assert (landings[0][1][:, 1] == DFA[1][ord("}")]).all() and 0 in landings[0][2]
+    args[6] = 1
+    with pytest.raises(_core.AutomatonTooLarge):
+        _core.token_walk(*args)

@@ -375,6 +375,55 @@ py::tuple index_transitions(const Index& self, int64_t s) {
   return py::make_tuple(ids, nxt);
 }
 
+// token_walk's arguments checked (trans int32[n, nc]; columns int32[k] below nc; modes int64[n_modes, k] with
+// n_modes <= MAX_TOKEN_MODES and every next mode below n_modes; origin in [0, n); word_ends bool[n] or None) and
+// its result as (size, src, cls, dst, [(landing, int64[m, 2] stops, int64[] states leading to them)]).
+py::tuple token_walk_py(carray<int32_t> trans, carray<int32_t> columns, carray<int64_t> modes, int64_t origin,
+                        int64_t start_mode, py::object word_ends, int64_t max_states) {
+  if (trans.ndim() != 2 || trans.shape(0) < 1 || trans.shape(0) > INT32_LIMIT || trans.shape(1) < 1 ||
+      trans.shape(1) > 256)
+    invalid("the transitions are int32[n, classes] with 1 <= n < 2**31 and 1 to 256 classes");
+  const int64_t n = trans.shape(0), nc = trans.shape(1);
+  if (columns.ndim() != 1 || columns.shape(0) < 1 || columns.shape(0) > 256) invalid("the columns are int32[1..256]");
+  const int64_t k = columns.shape(0);
+  for (int64_t c = 0; c < k; ++c)
+    if (columns.data()[c] < 0 || columns.data()[c] >= nc) invalid("a column is outside the transition table");
+  if (modes.ndim() != 2 || modes.shape(1) != k || modes.shape(0) < 1 || modes.shape(0) > MAX_TOKEN_MODES)
+    invalid("the modes are int64[1.." + std::to_string(MAX_TOKEN_MODES) + ", columns]");
+  const int64_t n_modes = modes.shape(0);
+  for (int64_t i = 0; i < n_modes * k; ++i)
+    if (modes.data()[i] >= n_modes) invalid("a next mode is outside the mode table");
+  if (origin < 0 || origin >= n) invalid("the origin is not a state of the automaton");
+  if (start_mode < 0 || start_mode >= n_modes) invalid("the start mode is outside the mode table");
+  check_limit(max_states, "max_states");
+  const bool has_ends = !word_ends.is_none();
+  carray<uint8_t> ends;
+  if (has_ends) {
+    ends = as_array<uint8_t>(word_ends, "word_ends");
+    if (ends.ndim() != 1 || ends.shape(0) != n) invalid("word_ends is bool[n], one per state");
+  }
+  TokenWalkInput in{trans.data(), static_cast<int32_t>(n), static_cast<int32_t>(nc), columns.data(),
+                    static_cast<int32_t>(k), modes.data(), static_cast<int32_t>(n_modes),
+                    static_cast<int32_t>(origin), static_cast<int32_t>(start_mode),
+                    has_ends ? ends.data() : nullptr, max_states};
+  TokenWalk w = token_walk(in);
+  auto vec = [](const std::vector<int64_t>& v) {
+    return py::array_t<int64_t>(static_cast<py::ssize_t>(v.size()), v.data());
+  };
+  py::list landings;
+  for (size_t i = 0; i < w.landings.size(); ++i) {
+    const auto& st = w.stops[i];
+    py::array_t<int64_t> pairs({static_cast<py::ssize_t>(st.size()), py::ssize_t{2}});
+    auto p = pairs.mutable_unchecked<2>();
+    for (size_t j = 0; j < st.size(); ++j) {
+      p(static_cast<py::ssize_t>(j), 0) = st[j].first;
+      p(static_cast<py::ssize_t>(j), 1) = st[j].second;
+    }
+    landings.append(py::make_tuple(w.landings[i], pairs, vec(w.members[i])));
+  }
+  return py::make_tuple(w.size, vec(w.src), vec(w.cls), vec(w.dst), landings);
+}
+
 }  // namespace
 }  // namespace tooldec
 
@@ -399,6 +448,11 @@ PYBIND11_MODULE(_core, m) {
         py::arg("b_accepting"), py::arg("b_start"), py::arg("difference"), py::arg("max_states"));
   m.def("union_dfas", &union_py, "Union of DFAs given as (trans, classes, accepting, start) tuples, pruned.",
         py::arg("dfas"), py::arg("max_states"));
+  m.def("token_walk", &token_walk_py,
+        "One JSON token's walk through a DFA from a boundary state: (size, src, cls, dst, [(landing, stops, "
+        "members)]).",
+        py::arg("trans"), py::arg("columns"), py::arg("modes"), py::arg("origin"), py::arg("start_mode"),
+        py::arg("word_ends"), py::arg("max_states"));
   m.def("minimize_dfa", &minimize_dfa, "The minimal DFA of a pruned one: dead state 0, start 1, breadth-first order.",
         py::arg("trans"), py::arg("classes"), py::arg("accepting"), py::arg("start"));
   py::class_<Vocab, std::shared_ptr<Vocab>>(m, "Vocab")

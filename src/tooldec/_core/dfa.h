@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -45,5 +46,40 @@ Dfa union_dfas(const std::vector<DfaView>& ds, int64_t max_states);
 
 // The minimal DFA of a pruned one (Hopcroft): dead state 0, start 1, breadth-first order.
 Dfa minimize(const DfaView& dfa);
+
+// Token modes a walk may have (a string's: in, after a backslash, four \u digits), and the mode table's mark of
+// a byte that closes the token.
+constexpr int64_t MAX_TOKEN_MODES = 8;
+constexpr int64_t TOKEN_CLOSES = -2;
+
+// One token's walk from a boundary state of a DFA (n x nc targets): `columns[c]` is the DFA class of the walk's
+// class c (k of them), `modes[m * k + c]` the mode after a byte of class c in mode m (TOKEN_CLOSES: it closes the
+// token; any other negative value: not the token's byte), `word_ends` (n, or null) the states a word may end in
+// after at least one byte. Checked by the bindings, except the targets, which are checked as they are read.
+struct TokenWalkInput {
+  const int32_t* trans;
+  int32_t n, nc;
+  const int32_t* columns;
+  int32_t k;
+  const int64_t* modes;
+  int32_t n_modes;
+  int32_t origin, start_mode;
+  const uint8_t* word_ends;
+  int64_t max_states;
+};
+
+// The walk as product states numbered breadth first from the start (0), each step (src, cls, dst), and per
+// landing state (in the order first met) the (product state, class) pairs that close the token there (class -1:
+// the token may stop in that product state) and the product states that lead to those, ascending. Throws
+// SchemaTooLarge past max_states product states.
+struct TokenWalk {
+  int64_t size = 0;
+  std::vector<int64_t> src, cls, dst;
+  std::vector<int32_t> landings;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> stops;
+  std::vector<std::vector<int64_t>> members;
+};
+
+TokenWalk token_walk(const TokenWalkInput& in);
 
 }  // namespace tooldec

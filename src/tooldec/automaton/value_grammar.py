@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from tooldec import _core
 from tooldec.automaton.compile import compile_dfas
 from tooldec.automaton.dfa import DEAD, DFA
 from tooldec.errors import EmptyGrammarError, GrammarError
@@ -33,6 +34,8 @@ WORD = frozenset(b"+-.0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV
 """Bytes of numbers and literals (`true`, `null`, ...): such a token runs while the next byte is one of them."""
 QUOTE, BACKSLASH = 0x22, 0x5C
 _IN, _ESCAPE = 0, 1  # string modes; 2..5 are the four digits of a \u escape
+MAX_WALK_STATES = 4_000_000
+"""Product states (DFA state, mode) one token's walk may reach before the rule counts as too large to cut."""
 
 Automaton = tuple[np.ndarray, np.ndarray, np.ndarray, int]
 """A terminal's automaton as the core takes it: (trans int32[states, classes], classes uint8[256], accepting, start)."""
@@ -226,54 +229,21 @@ class _Rule:
 
     def _cut(self, origin: int, kind: str) -> list[tuple[int, int]]:
         """Explore one token's walk from `origin` (a virtual start: for a string the state after its quote, for a
-        word the boundary state) over the kind's byte classes, a layer of product states (DFA state, mode) at a
-        time, and make one terminal per landing state."""
+        word the boundary state) over the kind's byte classes, breadth first over product states (DFA state,
+        mode) in the compiled core, and make one terminal per landing state."""
         classes, reps = self._refined(kind)
-        table = self._modes(kind)
-        columns = self._classes[reps]
-        trans = self._trans
-        ids: dict[int, int] = {}  # product key (state * 8 + mode) -> id; id 0, the virtual start, has no key
-        size = 1
-        src: list[np.ndarray] = []
-        cls: list[np.ndarray] = []
-        dst: list[np.ndarray] = []
-        ends: dict[int, list[tuple[int, int]]] = {}  # landing -> (product state, class; -1: may stop there)
-        frontier = np.array([0])
-        states, layer_modes = np.array([origin]), np.array([_IN])
+        columns = self._classes[reps].astype(np.int32)
         ends_here = self._word_end_states() if kind == "word" else None
-        while frontier.size:
-            targets = trans[states][:, columns]
-            modes = table[layer_modes]
-            live = targets != 0
-            for f, c in zip(*np.nonzero(live & (modes == _CLOSES))):
-                ends.setdefault(int(targets[f, c]), []).append((int(frontier[f]), int(c)))
-            f_go, c_go = np.nonzero(live & (modes >= 0))
-            keys = targets[f_go, c_go].astype(np.int64) * 8 + modes[f_go, c_go]
-            unique, inverse = np.unique(keys, return_inverse=True)
-            first_new = size
-            unique_ids = np.empty(len(unique), dtype=np.int64)
-            fresh: list[int] = []
-            for u, key in enumerate(unique.tolist()):
-                got = ids.get(key)
-                if got is None:
-                    got = ids[key] = first_new + len(fresh)
-                    fresh.append(key)
-                unique_ids[u] = got
-            src.append(frontier[f_go])
-            cls.append(c_go)
-            dst.append(unique_ids[inverse.reshape(-1)])
-            if ends_here is not None:
-                for f in np.flatnonzero(ends_here[states]).tolist():
-                    if frontier[f]:  # after at least one byte
-                        ends.setdefault(int(states[f]), []).append((int(frontier[f]), -1))
-            size += len(fresh)
-            frontier = np.arange(first_new, size)
-            fresh_keys = np.array(fresh, dtype=np.int64)
-            states, layer_modes = fresh_keys >> 3, fresh_keys & 7
-        walk = _Walk(size, np.concatenate(src), np.concatenate(cls), np.concatenate(dst))
+        try:
+            size, src, cls, dst, landings = _core.token_walk(
+                self._trans, columns, self._modes(kind), origin, _IN, ends_here, MAX_WALK_STATES)
+        except _core.AutomatonTooLarge as exc:
+            raise NotTokenizable(f"{exc} (rule {self.index})") from None
+        walk = _Walk(size, src, cls, dst)
         return [
-            (self.terminals.add(walk.automaton(stops, classes, len(reps), kind), f"{kind}@{self.index}"), land)
-            for land, stops in ends.items()
+            (self.terminals.add(walk.automaton([(st, c) for st, c in stops.tolist()], members, classes, len(reps),
+                                               kind), f"{kind}@{self.index}"), land)
+            for land, stops, members in landings
         ]
 
     def _modes(self, kind: str) -> np.ndarray:
@@ -281,7 +251,7 @@ class _Rule:
         token, -1 where the byte is not the token's."""
         _, reps = self._refined(kind)
         base = _STRING_MODES if kind == "string" else _WORD_MODES
-        return base[:, reps]
+        return np.ascontiguousarray(base[:, reps])
 
     def _word_end_states(self) -> np.ndarray:
         """Per DFA state, whether a word may end there: the rule ends there, or a byte other than a word byte goes
@@ -301,7 +271,7 @@ def _categories(groups: list[frozenset[int] | set[int]]) -> np.ndarray:
 
 _STRING_CATEGORY = _categories([{QUOTE}, {BACKSLASH}, {0x75}])
 _WORD_CATEGORY = _categories([set(WORD)])
-_CLOSES = -2
+_CLOSES = -2  # the core's TOKEN_CLOSES
 
 
 def _string_modes() -> np.ndarray:
@@ -322,42 +292,21 @@ _WORD_MODES[_IN, sorted(WORD)] = _IN
 
 
 class _Walk:
-    """One token kind's walk from a boundary state, as edge arrays (product state, class, next product state);
-    product states are numbered breadth first from the virtual start 0, as the exploration met them."""
+    """One token kind's walk from a boundary state, as edge arrays (product state, class, next product state) in
+    the order of their source; product states are numbered breadth first from the virtual start 0, as the
+    exploration met them (`_core.token_walk`)."""
 
     def __init__(self, size: int, src: np.ndarray, cls: np.ndarray, dst: np.ndarray) -> None:
         self.size = size
-        self.src, self.cls, self.dst = src, cls, dst
-        backward = np.argsort(dst, kind="stable")
-        self.r_ptr = np.searchsorted(dst[backward], np.arange(size + 1))
-        self.r_src = src[backward]
-        forward = np.argsort(src, kind="stable")
-        self.f_ptr = np.searchsorted(src[forward], np.arange(size + 1))
-        self.f_dst, self.f_cls = dst[forward], cls[forward]
-        self._r_ptr: list[int] | None = None
-        self._r_src: list[int] = []
+        self.f_ptr = np.searchsorted(src, np.arange(size + 1))
+        self.f_dst, self.f_cls = dst, cls
 
-    def _leading_to(self, states: list[int]) -> np.ndarray:
-        """The product states that lead to any of `states`, ascending (a search backwards; its cost is the states
-        found)."""
-        if self._r_ptr is None:
-            self._r_ptr, self._r_src = self.r_ptr.tolist(), self.r_src.tolist()
-        ptr, before = self._r_ptr, self._r_src
-        seen = set(states)
-        stack = list(seen)
-        while stack:
-            t = stack.pop()
-            for p in before[ptr[t]:ptr[t + 1]]:
-                if p not in seen:
-                    seen.add(p)
-                    stack.append(p)
-        return np.array(sorted(seen), dtype=np.int64)
-
-    def automaton(self, stops: list[tuple[int, int]], classes: np.ndarray, n_classes: int, kind: str) -> Automaton:
+    def automaton(self, stops: list[tuple[int, int]], members: np.ndarray, classes: np.ndarray, n_classes: int,
+                  kind: str) -> Automaton:
         """The automaton of the walks from product state 0 that end in one landing (`stops`: (state, class) pairs
-        whose class closes the token there; class -1: the token may stop in that state): the states that lead to
-        the landing, in the walk's breadth-first order (so equal walks give equal arrays)."""
-        members = self._leading_to([st for st, _ in stops])
+        whose class closes the token there; class -1: the token may stop in that state; `members`: the states that
+        lead to them, ascending), its states in the walk's breadth-first order (so equal walks give equal
+        arrays)."""
         lead = 1 if kind == "string" else 0  # a string's lexeme starts at its opening quote: one state before
         first = 1 + lead  # product state members[i] -> row first + i (start 0 -> first), breadth-first order kept
         size = len(members) + 2 + lead  # dead, [the quote], states, the accepting sink
