@@ -68,7 +68,8 @@ def test_write_results(tmp_path: Path) -> None:
     assert saved == json.loads(json.dumps(saved))
     assert saved["complete"] is True and saved["data"] == {"data/x.json": "ab" * 32}
     assert saved["model"] == "tiny" and saved["config"]["limit"] == 4
-    assert saved["records"][0]["call"] == {"name": "add", "arguments": {"a": 1}, "positional": []}
+    # a call record is the ParsedCall's fields; `input` (a custom tool's text input) is null for a function call
+    assert saved["records"][0]["call"] == {"name": "add", "arguments": {"a": 1}, "positional": [], "input": None}
     assert saved["summary"] == json.loads(json.dumps(doc["summary"]))
     table = (tmp_path / TABLE_FILE).read_text()
     assert (
