@@ -67,7 +67,8 @@ def _written(name: str, calls: list[tuple[str, dict[str, Any]]], shapes: list[in
         for (tool, args), shape in zip(calls, shapes, strict=False):
             obj = json.dumps({"name": tool, "arguments": args}, indent=indent)
             bare = json.dumps({"name": tool, "arguments": args})  # a bare call opens with its own compact start
-            parts.append([f"<tool_call>\n{obj}\n</tool_call>", f"```json\n{obj}\n```", bare][shape % 3])
+            pretty = "{\n  " + bare[1:]  # or pretty-printed: the rest in the layout's own spelling
+            parts.append([f"<tool_call>\n{obj}\n</tool_call>", f"```json\n{obj}\n```", bare, pretty][shape % 4])
         return "Let me see.\n" + "\n".join(parts)
     if name == "python":
         return write_calls(_syntax(name), calls)
@@ -98,7 +99,7 @@ def test_importing_the_chat_layer_imports_no_torch() -> None:
 
 @pytest.mark.parametrize("name", SYNTAXES)
 @settings(max_examples=25)
-@given(calls=calls_st, shapes=st.lists(st.integers(0, 5), min_size=3, max_size=3))
+@given(calls=calls_st, shapes=st.lists(st.integers(0, 7), min_size=3, max_size=3))
 def test_one_to_three_calls_are_accepted_in_every_syntax(
     bytelevel_vocab: Vocabulary, name: str, calls: list[tuple[str, dict[str, Any]]], shapes: list[int]
 ) -> None:
@@ -133,7 +134,7 @@ def test_guided_walks_parse_with_the_one_reader(bytelevel_vocab: Vocabulary, nam
     rng = random.Random(f"{name}-{choice}")
     syntax = _syntax(name)
     words = [vocab.encode(w) for w in (" ok", "\n", " so")]
-    openings = [_encode(vocab, t) for t in syntax.triggers]
+    openings = [_encode(vocab, t) for t in syntax.openings]
     eos = min(vocab.eos_ids)
     walks = 0
     for _ in range(40):

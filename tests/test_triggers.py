@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from tooldec.chat import CHAT_SYNTAXES, chat_syntax, parse_call, read_calls
 from tooldec.chat.reader import call_at_end
+from tooldec.chat.syntax import PRETTY_BARE_OPENINGS
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController
 from tooldec.decoding.trigger import Triggers
@@ -99,7 +100,7 @@ def test_the_free_baseline_reads_the_same_shapes() -> None:
     assert [get_format("hermes").parse(a.text).arguments for a in attempts[:2]] == [{"city": "Paris"}] * 2
     reading = read_calls(text, CHAT_SYNTAXES["hermes"])
     assert [c.name for c in reading.calls] == ["get_weather"] * 2 and not reading.errors, "a cut call is no error"
-    assert CHAT_SYNTAXES["hermes"].triggers == ("<tool_call>", "```json", BARE_OPENING)
+    assert CHAT_SYNTAXES["hermes"].triggers == ("<tool_call>", "```json", BARE_OPENING, *PRETTY_BARE_OPENINGS)
 
 
 def test_a_bare_call_opens_a_guided_call_and_the_free_baseline_reads_it(bytelevel_vocab: Vocabulary) -> None:
@@ -117,6 +118,33 @@ def test_a_bare_call_opens_a_guided_call_and_the_free_baseline_reads_it(byteleve
     reading = read_calls(text, syntax)
     assert [c.arguments["city"] for c in reading.calls] == ["Paris", "Oslo"] and not reading.errors
     assert [a.text for a in chat_attempts(CALL, truncated=False)] == [CALL], "BFCL runs read bare calls too"
+
+
+@pytest.mark.parametrize("layout", ["compact", "lines"])
+@pytest.mark.parametrize("indent", [2, 4])
+def test_a_pretty_printed_bare_call_is_guided_and_keeps_its_layout(bytelevel_vocab: Vocabulary, layout: str,
+                                                                    indent: int) -> None:
+    """Qwen2.5-Coder pretty-prints about half its bare calls (`{\n  "name": ...`): that opening opens a guided call
+    too (a BFCL record wrote a tool name that does not exist through it), in the compact layout by the grammar's
+    own spelling, and the call's text is the one the model wrote; rolled back, the trigger is text again."""
+    syntax = chat_syntax("hermes", layout)
+    grammar = Compiler(bytelevel_vocab).compile(TOOLS, syntax.format)
+    ctrl = CallController(grammar, trigger=syntax.triggers)
+    opening = "{\n" + " " * indent + '"name": "'
+    assert not ctrl.accept_tokens(bytelevel_vocab.encode("Sure. " + opening)) and ctrl.guide is not None
+    allowed = {bytelevel_vocab.token_bytes[t] for t in ctrl.guide.allowed_token_ids()}
+    assert b"g" in allowed and b"H" not in allowed, "only the tools' names may follow"
+    rest = CALL.removeprefix(BARE_OPENING)
+    [event] = _feed(ctrl, bytelevel_vocab, rest)
+    assert event.text == opening + rest and not event.error
+    assert (event.calls[0].name, event.calls[0].arguments) == ("get_weather", {"city": "Paris"})
+    assert [c.arguments for c in read_calls("Sure. " + event.text, syntax).calls] == [{"city": "Paris"}]
+    tokens = bytelevel_vocab.encode(rest)
+    ctrl.rollback(len(tokens) - 3)
+    [again] = ctrl.accept_tokens(tokens[3:])
+    assert again.text == event.text, "a rollback inside the call keeps how its opening was written"
+    ctrl.rollback(len(ctrl.tokens) - len(bytelevel_vocab.encode("Sure. {")))
+    assert ctrl.guide is None and not ctrl.events
 
 
 def test_a_chat_syntax_in_the_lines_layout_compiles_its_pretty_format() -> None:

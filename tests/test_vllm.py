@@ -200,7 +200,8 @@ def test_check_compiles_refuses_what_tooldec_cannot_enforce() -> None:
 def test_factory_maps_tool_choice(factory: PolicyFactory) -> None:
     auto = factory.policy(ToolRequest.from_payload({"tools": TOOLS}))
     assert auto.tool_choice == "auto" and auto.after_call == "text" and auto.mode.value == "text"
-    assert isinstance(auto.trigger, Triggers) and [t.text for t in auto.trigger.members] == [b"<tool_call>", b"```json", b'{"name": "']
+    assert isinstance(auto.trigger, Triggers) and [t.text for t in auto.trigger.members] == [
+        b"<tool_call>", b"```json", b'{"name": "', b'{\n  "name": "', b'{\n    "name": "']
     required = factory.policy(ToolRequest.from_payload({"tools": TOOLS, "tool_choice": "required"}))
     assert required.mode.value == "tool" and required.forced()  # the trigger is forced
     single = factory.policy(ToolRequest.from_payload({"tools": TOOLS, "parallel_tool_calls": False}))
@@ -477,7 +478,7 @@ def test_simulated_engine_writes_only_valid_calls(factory: PolicyFactory, vocab:
             assert "<tool_call>" not in text
         if choice in ("required", NAMED):  # calls back to back, then EOS
             assert blocks and blocks[0].start == 0, text
-            assert all(a.end == b.start for a, b in itertools.pairwise(blocks)), text
+            assert all(not text[a.end : b.start].strip() for a, b in itertools.pairwise(blocks)), text
         for block in blocks:
             written = text[block.start : block.end]
             if not written.endswith(("</tool_call>", "\n```")):

@@ -37,7 +37,7 @@ from tooldec.decoding.controller import (
     accept_in_turn,
     fill_bitmasks,
 )
-from tooldec.decoding.trigger import Triggers
+from tooldec.decoding.trigger import Respelled, Triggers
 from tooldec.errors import TokenRejectedError
 from tooldec.grammar.calls import CallFormat, ParallelCalls, get_format, with_aliases
 from tooldec.index import PreparedVocab, TokenIndex
@@ -139,7 +139,7 @@ class CallPlan:
             if self.mode in ("none", "answer"):
                 return FreeController(grammar.prepared.vocab, None, stop=stop)
             return CallController(grammar, after_call="stop", max_calls=1, stop=stop)
-        trigger: Sequence[str] = triggers
+        trigger: Sequence[str | Respelled] = triggers
         if self.mode == "none":
             trigger = triggers[:1]
         elif self.mode == "answer":
@@ -181,10 +181,10 @@ def build_policy(compiler: Compiler, tools: ToolSet, tool_choice: Any = "auto", 
 
 GAP_SPACE = 2
 """Whitespace characters (newlines, spaces) a required answer may write between its calls."""
-_GAPS: weakref.WeakKeyDictionary[PreparedVocab, dict[tuple[str, ...], TokenIndex]] = weakref.WeakKeyDictionary()
+_GAPS: weakref.WeakKeyDictionary[PreparedVocab, dict[tuple[str | Respelled, ...], TokenIndex]] = weakref.WeakKeyDictionary()
 
 
-def gap_index(prepared: PreparedVocab, triggers: tuple[str, ...]) -> TokenIndex:
+def gap_index(prepared: PreparedVocab, triggers: tuple[str | Respelled, ...]) -> TokenIndex:
     """The token index of what may follow a required call: a little whitespace, then the next call's trigger (any
     of them) or the end. Built once per vocabulary and triggers."""
     gaps = _GAPS.setdefault(prepared, {})
@@ -194,7 +194,7 @@ def gap_index(prepared: PreparedVocab, triggers: tuple[str, ...]) -> TokenIndex:
         from tooldec.grammar.ir import Repeat, alt, lit, opt, seq
 
         space = Repeat(alt(lit("\n"), lit(" ")), 0, GAP_SPACE)
-        gap = gaps[triggers] = TokenIndex(compile_dfa(seq(space, opt(alt(*(lit(t) for t in triggers))))), prepared)
+        gap = gaps[triggers] = TokenIndex(compile_dfa(seq(space, opt(alt(*(lit(t.text if isinstance(t, Respelled) else t) for t in triggers))))), prepared)
     return gap
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tooldec.decoding.trigger import Respelled
 from tooldec.grammar.calls import BARE_OPENING, format_in_layout
 
 FENCE_OPEN = "```json"
@@ -18,6 +19,12 @@ FENCE_OPEN = "```json"
 
 LIST_OPENING = "[" + BARE_OPENING
 """What opens a JSON list of calls written bare (Llama 3.1's parallel calls)."""
+
+PRETTY_BARE_OPENINGS: tuple[Respelled, ...] = tuple(
+    Respelled("{\n" + " " * indent + '"name": "', BARE_OPENING) for indent in (2, 4)
+)
+"""A bare call pretty-printed, as Qwen2.5-Coder writes about half its bare objects (indented 2, rarely 4): it opens
+a call as the compact opening does, so that no call escapes guidance by its layout; the rest follows the layout."""
 
 
 @dataclass(frozen=True)
@@ -30,16 +37,21 @@ class ChatSyntax:
     family: str
     trigger: str
     parallel: bool
-    also: tuple[str, ...] = ()
+    also: tuple[str | Respelled, ...] = ()
     layout: str = "compact"
     listed: bool = False
     calls: str = ""
     """The call format's name when it is not the family's (`python-calls`: several Python calls)."""
 
     @property
-    def triggers(self) -> tuple[str, ...]:
+    def triggers(self) -> tuple[str | Respelled, ...]:
         """Every text or token that opens a call, the one a required call forces first."""
         return (self.trigger, *self.also) if self.trigger else ()
+
+    @property
+    def openings(self) -> tuple[str, ...]:
+        """The text of each trigger, as the model writes it."""
+        return tuple(t.text if isinstance(t, Respelled) else t for t in self.triggers)
 
     @property
     def format(self) -> str:
@@ -53,8 +65,8 @@ class ChatSyntax:
 
 
 CHAT_SYNTAXES: dict[str, ChatSyntax] = {
-    "hermes": ChatSyntax("hermes", "<tool_call>", parallel=True, also=(FENCE_OPEN, BARE_OPENING)),
-    "llama31": ChatSyntax("llama31", BARE_OPENING, parallel=True, also=(LIST_OPENING,)),
+    "hermes": ChatSyntax("hermes", "<tool_call>", parallel=True, also=(FENCE_OPEN, BARE_OPENING, *PRETTY_BARE_OPENINGS)),
+    "llama31": ChatSyntax("llama31", BARE_OPENING, parallel=True, also=(LIST_OPENING, *PRETTY_BARE_OPENINGS)),
     "mistral": ChatSyntax("mistral", "[TOOL_CALLS]", parallel=True, listed=True),
     "python": ChatSyntax("python", "", parallel=True, listed=True, calls="python-calls"),
 }

@@ -21,7 +21,7 @@ import numpy as np
 from tooldec import _core
 from tooldec.cfg_guide import CfgGuide, CompiledCfg
 from tooldec.compiler import CompiledGrammar
-from tooldec.decoding.trigger import Trigger, Triggers, make_trigger
+from tooldec.decoding.trigger import Trigger, Triggers, TriggerSpec, make_trigger
 from tooldec.errors import TokenRejectedError
 from tooldec.grammar.calls import CallParseError, ParsedCall
 from tooldec.guide import Guide
@@ -102,6 +102,16 @@ def _allows(source: MaskSource, token_id: int) -> bool:
     return 0 <= token_id < source.shape[0] * 32 and bool((int(source[token_id >> 5]) >> (token_id & 31)) & 1)
 
 
+def _walked(guide: Guide | CfgGuide, tokens: list[int]) -> bool:
+    """Advance a fresh guide over `tokens`; where it rejects one, undo them all and say so."""
+    for token in tokens:
+        if not guide.accepts(token):
+            guide.rollback(guide.num_tokens)
+            return False
+        guide.advance(token)
+    return True
+
+
 class _Snapshot(NamedTuple):
     """What one accepted token changed, so that rollback can undo it (a tuple: one is made per token)."""
 
@@ -112,6 +122,8 @@ class _Snapshot(NamedTuple):
     guide_tokens: int
     pending_trigger: tuple[int, ...]
     events: int
+    written: tuple[str, tuple[str, str] | None] = ("", None)
+    """The call's trigger as written where the guide does not hold it (`_unspelled`, `_respelled`)."""
 
 
 class CallController:
@@ -132,14 +144,15 @@ class CallController:
       Thought line, then an Action, until the `Finish` action ends the sequence).
 
     A trigger the grammar does not spell (a control token, or a text such as ReAct's newline before `Action:`)
-    stays in the text before the call, and the guide starts at the grammar's start.
+    stays in the text before the call, and the guide starts at the grammar's start; a `Respelled` one is walked
+    through the guide as the grammar spells it, and the call's text keeps it as the model wrote it.
     """
 
     def __init__(
         self,
         grammar: CompiledGrammar | CompiledCfg,
         *,
-        trigger: str | int | Sequence[str | int] | None = None,
+        trigger: TriggerSpec | Sequence[TriggerSpec] | None = None,
         tool_choice: ToolChoice = "auto",
         after_call: Literal["stop", "text"] = "stop",
         max_calls: int = 16,
@@ -174,6 +187,7 @@ class CallController:
         self._pending_trigger: list[int] = []
         self._history: list[_Snapshot] = []
         self._unspelled = ""  # a trigger the grammar does not spell, written before the call's text
+        self._respelled: tuple[str, str] | None = None  # (as the guide spells the trigger, as the model wrote it)
         self._text_at: int | None = None  # where the first token with text other than whitespace was accepted
         self.mode = Mode.TEXT
         if self.trigger is None or self.tool_choice == "required":
@@ -199,20 +213,23 @@ class CallController:
         self.mode = Mode.TOOL
         self._guide = guide = self.grammar.guide()
         self._unspelled = ""
+        self._respelled = None
         trig = self.trigger
         if trig is None:
             return
         opened = opened or (trig.first if isinstance(trig, Triggers) else trig)
-        spelled = self.vocab.encode(opened.opening) if opened.opening else []
-        for token in spelled:
-            if not guide.accepts(token):
-                guide.rollback(guide.num_tokens)
-                self._unspelled = opened.opening.decode()
+        spelled: list[int] = []
+        self._unspelled = opened.opening.decode()
+        for text in dict.fromkeys((opened.opening, opened.spelled)):  # as written, else as the grammar spells it
+            spelled = self.vocab.encode(text) if text else []
+            if _walked(guide, spelled):
+                self._unspelled = ""
+                self._respelled = (text.decode(), opened.opening.decode()) if text != opened.opening else None
                 break
-            guide.advance(token)
         if forced and opened.token_id is None and not self._unspelled:
             # a required text trigger is forced but for a last token that may run on into the call, which the
             # model then writes itself (`<m`), as in forced(); the guide was walked over the forced tokens only
+            self._respelled = None  # forced, the trigger is written as the grammar spells it
             held = False
             if spelled:
                 guide.rollback(1)
@@ -276,7 +293,8 @@ class CallController:
             assert guide is not None
             before = guide.num_tokens
             guide.advance(token_id)
-            self._history.append(_Snapshot(Mode.TOOL, self._tail, self._recent, guide, before, (), len(self.events)))
+            self._history.append(_Snapshot(Mode.TOOL, self._tail, self._recent, guide, before, (), len(self.events),
+                                           (self._unspelled, self._respelled)))
             self.tokens.append(token_id)
             return self._finish_call() if guide.is_finished() else None
         source = self.mask_source()
@@ -287,7 +305,7 @@ class CallController:
             raise TokenRejectedError(token_id, state, text)
         self._history.append(
             _Snapshot(self.mode, self._tail, self._recent, guide, guide.num_tokens if guide else 0,
-                      tuple(self._pending_trigger), len(self.events))
+                      tuple(self._pending_trigger), len(self.events), (self._unspelled, self._respelled))
         )
         self.tokens.append(token_id)
         if self.mode is Mode.DONE:
@@ -345,6 +363,7 @@ class CallController:
             self._pending_trigger = list(snap.pending_trigger)
             del self.events[snap.events :]
             self._guide = snap.guide
+            self._unspelled, self._respelled = snap.written
             if snap.guide is not None:
                 snap.guide.rollback(snap.guide.num_tokens - snap.guide_tokens)
         if self._text_at is not None and self._text_at >= len(self.tokens):
@@ -370,6 +389,8 @@ class CallController:
         """Parse the finished call and move on to text mode or stop."""
         assert self._guide is not None
         text = self._unspelled + self._guide.text()
+        if self._respelled is not None:
+            text = self._respelled[1] + text[len(self._respelled[0]):]
         fmt = self.grammar.format
         try:
             parse_all = getattr(fmt, "parse_all", None)

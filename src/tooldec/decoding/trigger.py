@@ -10,21 +10,38 @@ once per model and kept in the prepared vocabulary's mask cache. A format may ha
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from tooldec.index import PreparedVocab, pack_bool
 
 
+@dataclass(frozen=True)
+class Respelled:
+    """A text trigger that the call grammar spells another way: the model writes `text`, the guide is walked
+    over `spelled` (Qwen's pretty-printed bare `{\\n  "name": "` opens the compact grammar's `{"name": "`)."""
+
+    text: str
+    spelled: str
+
+
+TriggerSpec = str | int | Respelled
+"""One trigger as a caller names it: a text, a control token id, or a text the grammar spells otherwise."""
+
+
 class Trigger:
     """A trigger over one prepared vocabulary: a text like `<tool_call>` or a control token id like `[TOOL_CALLS]`."""
 
-    def __init__(self, prepared: PreparedVocab, trigger: str | int) -> None:
+    def __init__(self, prepared: PreparedVocab, trigger: TriggerSpec) -> None:
         """Check the trigger exists in this vocabulary; its masks are built on first use, once per model."""
         self.prepared = prepared
         vocab = prepared.vocab
         self.token_id: int | None = None
         self.text: bytes = b""
+        spelled = trigger.spelled.encode() if isinstance(trigger, Respelled) else b""
+        if isinstance(trigger, Respelled):
+            trigger = trigger.text
         if isinstance(trigger, int):
             if not 0 <= trigger < vocab.size:
                 raise ValueError(f"trigger token {trigger} is outside the vocabulary")
@@ -40,6 +57,8 @@ class Trigger:
         names = {v: k for k, v in vocab.special_ids.items()}
         self.opening: bytes = self.text or names.get(self.token_id, "").encode()
         """The trigger as text: its own text, or the name of its control token (`<tool_call>`)."""
+        self.spelled: bytes = spelled or self.opening
+        """What the guide is walked over when the grammar does not spell `opening` as written."""
 
     def tokens(self) -> list[int]:
         """The tokens that write the trigger when it is forced: its control token, or its text's tokens."""
@@ -109,7 +128,7 @@ class Trigger:
 class Triggers:
     """Several triggers over one prepared vocabulary, any of which opens a call; the first is the one forced."""
 
-    def __init__(self, prepared: PreparedVocab, triggers: Sequence[str | int]) -> None:
+    def __init__(self, prepared: PreparedVocab, triggers: Sequence[TriggerSpec]) -> None:
         """At least one trigger; each is checked as `Trigger` checks it."""
         if not triggers:
             raise ValueError("no trigger")
@@ -153,10 +172,10 @@ def without_eos(prepared: PreparedVocab, key: tuple[object, ...], mask: np.ndarr
     return prepared.mask(("no-eos", *key), build)
 
 
-def make_trigger(prepared: PreparedVocab, trigger: str | int | Sequence[str | int] | None) -> Trigger | Triggers | None:
+def make_trigger(prepared: PreparedVocab, trigger: TriggerSpec | Sequence[TriggerSpec] | None) -> Trigger | Triggers | None:
     """A Trigger for one text or control token, Triggers for several, None for none."""
     if trigger is None:
         return None
-    if isinstance(trigger, (str, int)):
+    if isinstance(trigger, (str, int, Respelled)):
         return Trigger(prepared, trigger)
     return Triggers(prepared, list(trigger)) if len(trigger) > 1 else Trigger(prepared, trigger[0])
