@@ -241,8 +241,7 @@ class _Rule:
             raise NotTokenizable(f"{exc} (rule {self.index})") from None
         walk = _Walk(size, src, cls, dst)
         return [
-            (self.terminals.add(walk.automaton([(st, c) for st, c in stops.tolist()], members, classes, len(reps),
-                                               kind), f"{kind}@{self.index}"), land)
+            (self.terminals.add(walk.automaton(stops, members, classes, len(reps), kind), f"{kind}@{self.index}"), land)
             for land, stops, members in landings
         ]
 
@@ -297,14 +296,13 @@ class _Walk:
     exploration met them (`_core.token_walk`)."""
 
     def __init__(self, size: int, src: np.ndarray, cls: np.ndarray, dst: np.ndarray) -> None:
-        self.size = size
         self.f_ptr = np.searchsorted(src, np.arange(size + 1))
         self.f_dst, self.f_cls = dst, cls
 
-    def automaton(self, stops: list[tuple[int, int]], members: np.ndarray, classes: np.ndarray, n_classes: int,
+    def automaton(self, stops: np.ndarray, members: np.ndarray, classes: np.ndarray, n_classes: int,
                   kind: str) -> Automaton:
-        """The automaton of the walks from product state 0 that end in one landing (`stops`: (state, class) pairs
-        whose class closes the token there; class -1: the token may stop in that state; `members`: the states that
+        """The automaton of the walks from product state 0 that end in one landing (`stops`: int64[m, 2] rows of
+        (state, class) whose class closes the token there; class -1: the token may stop in that state; `members`: the states that
         lead to them, ascending), its states in the walk's breadth-first order (so equal walks give equal
         arrays)."""
         lead = 1 if kind == "string" else 0  # a string's lexeme starts at its opening quote: one state before
@@ -322,13 +320,11 @@ class _Walk:
         keep = to < len(members)
         keep[keep] = members[to[keep]] == self.f_dst[edge[keep]]
         trans[rows[keep] + first, self.f_cls[edge[keep]]] = to[keep] + first
-        at = np.searchsorted(members, [st for st, _ in stops])
-        for (_, c), row in zip(stops, at.tolist()):
-            if c < 0:
-                accepting[row + first] = True
-            else:
-                trans[row + first, c] = sink
-                accepting[sink] = True
+        at = np.searchsorted(members, stops[:, 0]) + first
+        closes = stops[:, 1] >= 0
+        accepting[at[~closes]] = True
+        trans[at[closes], stops[closes, 1]] = sink
+        accepting[sink] = bool(closes.any())
         if lead:
             trans[1, classes[QUOTE]] = 2
         return trans, classes, accepting, 1
