@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import bisect
 import calendar
 import datetime
 import ipaddress
@@ -20,8 +21,8 @@ from hypothesis import strategies as st
 
 from tooldec.errors import UnsupportedSchemaError
 from tooldec.grammar.ir import Alt, Bytes, Fields, Node, Repeat, Seq
-from tooldec.grammar.regex import format_ir, pattern_ir
-from tooldec.grammar.strings import codepoints_ir, json_char, string_content
+from tooldec.grammar.regex import _python_class, format_ir, pattern_ir
+from tooldec.grammar.strings import MAX_CODEPOINT, codepoints_ir, json_char, string_content
 
 # ---------------------------------------------------------------------------------------------------------
 # Reference matcher and sampler over the IR (test-only; the real automaton lives elsewhere).
@@ -543,3 +544,14 @@ def test_unknown_format_raises() -> None:
         format_ir("color", path="#/x")
     assert info.value.keyword == "format"
     assert info.value.path == "#/x"
+
+
+@settings(max_examples=500)
+@given(st.one_of(st.integers(0, MAX_CODEPOINT), st.sampled_from([0x5F, 0x663, 0x3000, 0xD800, 0x1D7CE, 0x10FFFF])))
+def test_python_classes_hold_exactly_where_the_str_predicates_do(cp: int) -> None:
+    """`\\d`, `\\w` and `\\s` under Python's reading are the code points `str.isdecimal`, `isalnum` (`_` apart) and
+    `isspace` hold for: the ranges read off `re` in one pass agree with the predicates everywhere."""
+    for test in ("isdecimal", "isalnum", "isspace"):
+        ranges = _python_class(test)
+        at = bisect.bisect_right(ranges, (cp, MAX_CODEPOINT + 1)) - 1
+        assert (at >= 0 and ranges[at][0] <= cp <= ranges[at][1]) == getattr(chr(cp), test)(), (test, hex(cp))

@@ -14,6 +14,8 @@ from functools import cache, lru_cache
 from re import _constants as C  # type: ignore[attr-defined]
 from re import _parser  # type: ignore[attr-defined]
 
+import numpy as np
+
 from tooldec.errors import UnsupportedSchemaError
 from tooldec.grammar.ir import EMPTY, Bytes, Node, Repeat, alt, opt, seq, star
 from tooldec.grammar.strings import (
@@ -53,18 +55,18 @@ class _Refused(Exception):
     """A pattern construct that cannot be enforced soundly; carries the detail for the schema error."""
 
 
+_RUNS = {"isdecimal": r"\d+", "isalnum": r"\w+", "isspace": r"\s+"}
+"""Per `str` predicate, the runs `re` matches where it holds: CPython's `re` reads `\\d`, `\\w` and `\\s` through the
+same Unicode tables as `str.isdecimal`, `isalnum` (with `_` added) and `isspace`."""
+
+
 @cache
 def _python_class(test: str) -> Ranges:
-    """The code points for which the named `str` predicate holds: what Python's `re` uses for `\\d\\w\\s`."""
-    pred = getattr(str, test)
-    out: list[tuple[int, int]] = []
-    for cp in range(MAX_CODEPOINT + 1):
-        if pred(chr(cp)):
-            if out and out[-1][1] == cp - 1:
-                out[-1] = (out[-1][0], cp)
-            else:
-                out.append((cp, cp))
-    return tuple(out)
+    """The code points for which the named `str` predicate holds: what Python's `re` uses for `\\d\\w\\s`. Found
+    by `re` over one string of every code point (0.75 s a class as a loop of the predicate, ~0.1 s so)."""
+    every = np.arange(MAX_CODEPOINT + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
+    runs = tuple((m.start(), m.end() - 1) for m in re.finditer(_RUNS[test], every))
+    return intersect_ranges(runs, complement_ranges(((0x5F, 0x5F),))) if test == "isalnum" else runs
 
 
 _CATEGORIES = {
