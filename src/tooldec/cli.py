@@ -202,14 +202,16 @@ def bench(
                 "repeats": repeats, "bfcl_entries": bfcl_entries, "batch_sizes": list(sizes),
                 "batch_steps": batch_steps, "batch_threads": batch_threads, "load_average_start": load_start,
                 "clock": clock, "note": note}
-    doc = report.document(results, settings)
+    _emit(report.document(results, settings), report, out, stem, as_json)
+
+
+def _emit(doc: dict[str, Any], writer: Any, out: Path | None, stem: str, as_json: bool) -> None:
+    """A benchmark's document written under `out` (when given) by its report module `writer`, and printed: its
+    results as JSON, or its Markdown."""
     if out is not None:
-        for path in report.write(doc, out, stem):
+        for path in writer.write(doc, out, stem):
             err.print(f"wrote {path}")
-    if as_json:
-        print(json.dumps(doc["results"]))
-    else:
-        print(report.markdown(doc))
+    print(json.dumps(doc["results"]) if as_json else writer.markdown(doc))
 
 
 def _maskbench(root: Path, engines: list[str], tokenizer: tuple[str, Path], files: int, settings: dict[str, Any],
@@ -239,14 +241,7 @@ def _maskbench(root: Path, engines: list[str], tokenizer: tuple[str, Path], file
             engines, sample, tok_dir, eos_id, compile_timeout=settings["compile_timeout_s"], clock=settings["clock"],
             progress=lambda d, n: bar.update(task, advance=n, description=d),
         )
-    doc = maskbench_report.document(runs, settings, [f.name for f in sample])
-    if out is not None:
-        for path in maskbench_report.write(doc, out, stem):
-            err.print(f"wrote {path}")
-    if as_json:
-        print(json.dumps(doc["results"]))
-    else:
-        print(maskbench_report.markdown(doc))
+    _emit(maskbench_report.document(runs, settings, [f.name for f in sample]), maskbench_report, out, stem, as_json)
 
 
 def make_agent(lm: Any, executor: Any, mode: str, *, tool_choice: str = "auto", layout: str = "compact",
