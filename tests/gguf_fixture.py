@@ -77,3 +77,54 @@ def write_gguf(path: Path, model: Any, tokenizer: Tokenizer, *, eos: str = "</s>
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_tokenizer_gguf(
+    path: Path,
+    tokens: list[str],
+    merges: list[str],
+    *,
+    architecture: str = "qwen2",
+    model: str = "gpt2",
+    pre: str | None = "qwen2",
+    token_types: list[int] | None = None,
+    bos: int | None = None,
+    eos: int | None = None,
+    pad: int | None = None,
+    unk: int | None = None,
+    add_bos: bool | None = None,
+    chat_template: str | None = None,
+) -> Path:
+    """A GGUF file holding only a tokenizer (and the few config keys transformers reads its config from), written
+    with the `gguf` package as llama.cpp's converter writes one: `tokens` in id order, `merges` as "a b"."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_name("tiny-tokenizer")
+    writer.add_context_length(256)
+    writer.add_embedding_length(8)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(16)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(2)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model(model)
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
+    writer.add_token_list(tokens)
+    writer.add_token_types(token_types if token_types is not None else [gguf.TokenType.NORMAL] * len(tokens))
+    writer.add_token_merges(merges)
+    for token_id, add in ((bos, writer.add_bos_token_id), (eos, writer.add_eos_token_id),
+                          (pad, writer.add_pad_token_id), (unk, writer.add_unk_token_id)):  # fmt: skip
+        if token_id is not None:
+            add(token_id)
+    if add_bos is not None:
+        writer.add_add_bos_token(add_bos)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
