@@ -94,16 +94,15 @@ def test_several_multiples_stay_small_and_exact() -> None:
 
 FACTORS = st.sampled_from([2, 3, 4, 5, 6, 7, 8, 11, 12, 15, 16, 24, 25])
 LEAF = FACTORS.map(lambda m: {"multipleOf": m})
-NUMBER_SCHEMAS = st.recursive(
-    LEAF,
-    lambda kids: st.one_of(
-        kids.map(lambda k: {"not": k}),
-        st.lists(kids, min_size=2, max_size=3).map(lambda ks: {"allOf": ks}),
-        st.lists(kids, min_size=2, max_size=3).map(lambda ks: {"anyOf": ks}),
-        st.lists(kids, min_size=2, max_size=3).map(lambda ks: {"oneOf": ks}),
-    ),
-    max_leaves=6,
-)
+
+
+def _combined(kids: st.SearchStrategy[dict]) -> st.SearchStrategy[dict]:
+    parts = st.lists(kids, min_size=2, max_size=3)
+    return st.one_of(kids.map(lambda k: {"not": k}), parts.map(lambda ks: {"allOf": ks}),
+                     parts.map(lambda ks: {"anyOf": ks}), parts.map(lambda ks: {"oneOf": ks}))
+
+
+NUMBER_SCHEMAS = st.recursive(LEAF, _combined, max_leaves=6)
 
 
 @settings(max_examples=25)
