@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from tooldec import _core
-from tooldec.automaton.dfa import DEAD, DFA, MAX_DFA_STATES, from_core
+from tooldec.automaton.dfa import DEAD, DFA, MAX_DFA_STATES, from_core, minimize
 from tooldec.automaton.product import difference, intersect
 from tooldec.errors import UnsupportedSchemaError
 from tooldec.grammar.ir import Alt, Bytes, Difference, Divisible, Fields, Intersect, Node, Repeat, Seq
@@ -135,12 +135,22 @@ def _remainder_arrays(divisor: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
 
 
 def _product(node: Intersect | Difference, products: ProductCache | None) -> DFA:
+    """The product DFA of `node`, its operands and itself minimized: the subset construction keeps states apart
+    that minimizing merges (a decimal's last digits for divisibility by 8: 1,000 endings, 8 remainders), and a
+    product multiplies what its operands keep (Handwritten allany2: past 500,000 states unminimized, 1,989)."""
     if isinstance(node, Difference):
-        return difference(compile_dfa(node.left, products), compile_dfa(node.right, products))
-    result = compile_dfa(node.items[0], products)
+        return minimize(difference(_operand(node.left, products), _operand(node.right, products)))
+    result = _operand(node.items[0], products)
     for item in node.items[1:]:
-        result = intersect(result, compile_dfa(item, products))
+        result = minimize(intersect(result, _operand(item, products)))
     return result
+
+
+def _operand(node: Node, products: ProductCache | None) -> DFA:
+    """A product's operand as a minimal DFA (a product already is one)."""
+    if isinstance(node, (Intersect, Difference)):
+        return products.get(node) if products is not None else _product(node, None)
+    return minimize(compile_dfa(node, products))
 
 
 def compile_dfa(node: Node, products: ProductCache | None = None) -> DFA:

@@ -36,6 +36,10 @@ QUOTE, BACKSLASH = 0x22, 0x5C
 _IN, _ESCAPE = 0, 1  # string modes; 2..5 are the four digits of a \u escape
 MAX_WALK_STATES = 4_000_000
 """Product states (DFA state, mode) one token's walk may reach before the rule counts as too large to cut."""
+MAX_TERMINAL_STATES = 1 << 16
+"""States one terminal's automaton may have (the pushdown lexer's bound, `MAX_LEXER_STATES` in the core): a token
+past it (a 1,024-character email string: 241,660) makes the rules untokenizable at once, before the other tokens
+of the rule are walked for a grammar `compile_cfg` would refuse."""
 
 Automaton = tuple[np.ndarray, np.ndarray, np.ndarray, int]
 """A terminal's automaton as the core takes it: (trans int32[states, classes], classes uint8[256], accepting, start)."""
@@ -240,10 +244,14 @@ class _Rule:
         except _core.AutomatonTooLarge as exc:
             raise NotTokenizable(f"{exc} (rule {self.index})") from None
         walk = _Walk(size, src, cls, dst)
-        return [
-            (self.terminals.add(walk.automaton(stops, members, classes, len(reps), kind), f"{kind}@{self.index}"), land)
-            for land, stops, members in landings
-        ]
+        out = []
+        for land, stops, members in landings:
+            automaton = walk.automaton(stops, members, classes, len(reps), kind)
+            if len(automaton[0]) > MAX_TERMINAL_STATES:
+                raise NotTokenizable(f"a {kind} token of {len(automaton[0]):,} states, past the lexer's "
+                                     f"{MAX_TERMINAL_STATES:,} (rule {self.index})")
+            out.append((self.terminals.add(automaton, f"{kind}@{self.index}"), land))
+        return out
 
     def _modes(self, kind: str) -> np.ndarray:
         """Per (mode, class of `_refined(kind)`): the mode after a byte of the class, _CLOSES where it closes the

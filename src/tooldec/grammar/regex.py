@@ -39,6 +39,7 @@ _ASCII_WORD: Ranges = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
 
 _BEGIN = (C.AT_BEGINNING, C.AT_BEGINNING_STRING)
 _END = (C.AT_END, C.AT_END_STRING)
+_EDGE_OPS = (C.AT, C.SUBPATTERN, C.BRANCH)  # elements that read the edge context (anchors), or pass it inward
 _REFUSED_OPS = {
     C.GROUPREF: "backreferences",
     C.GROUPREF_EXISTS: "conditional groups",
@@ -180,8 +181,29 @@ class _Converter:
                 raise _Refused("inline flags")
             return self.sequence(sub, before, after)
         if op is C.BRANCH:
-            return alt(*(self.sequence(b, before, after) for b in av[1]))  # type: ignore[index]
+            return self.branches(av[1], before, after)  # type: ignore[index]
         return seq(self.any_star if before else EMPTY, self.atom(op, av), self.any_star if after else EMPTY)
+
+    def branches(self, branches: list[list[tuple[object, object]]], before: bool | None, after: bool | None) -> Node:
+        """An alternation. Unanchored branches share one `.*` on each open side: `.*(a|b).*`, not `.*a.*|.*b.*`,
+        whose subset construction tells apart every set of branches matched so far (2^n states, n branches)."""
+        open_before, open_after = before is True, after is True
+
+        def shares(items: list[tuple[object, object]]) -> bool:
+            # a branch whose open edges hold plain elements: its edge `.*` is all the edge context gives it
+            return not items or all(op not in _EDGE_OPS for op, _ in
+                                    ([items[0]] if open_before else []) + ([items[-1]] if open_after else []))
+
+        if not (open_before or open_after):
+            return alt(*(self.sequence(b, before, after) for b in branches))
+        shared = [b for b in branches if shares(b)]
+        own = [self.sequence(b, before, after) for b in branches if not shares(b)]
+        if not shared:
+            return alt(*own)
+        inner = alt(*(self.sequence(b, False if open_before else before, False if open_after else after)
+                      for b in shared))
+        factored = seq(self.any_star if open_before else EMPTY, inner, self.any_star if open_after else EMPTY)
+        return alt(factored, *own)
 
     def atom(self, op: object, av: object) -> Node:
         """An element that is neither a group nor an alternation."""

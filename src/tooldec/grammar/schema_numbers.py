@@ -9,7 +9,7 @@ from fractions import Fraction
 from typing import Any
 
 from tooldec.errors import UnsupportedSchemaError
-from tooldec.grammar.ir import Node, alt
+from tooldec.grammar.ir import Difference, Intersect, Node, Repeat, alt, lit, seq
 from tooldec.grammar.multiples import multiples
 from tooldec.grammar.numbers import (
     EXPONENT_NUMBER,
@@ -59,11 +59,34 @@ class NumberKeywords(CompilerBase):
         elif fmt in STANDARD_FORMATS and not self._negative:
             raise self._unsupported("format", _ptr(path, "format"), f"{fmt!r} on an integer")
         if self._negative:
-            # every number Python or exact arithmetic may read as such an integer (multipleOf not enforced)
-            return alt(integer_range(ilo, ihi), integral_spellings(ilo, ihi), EXPONENT_NUMBER)
+            # every number Python or exact arithmetic may read as such an integer (an integral multipleOf enforced
+            # on plain integers only)
+            return self._integral_superset(m, ilo, ihi)
         if m is not None and m != 1:
             return self._multiples(m, True, ilo, True, ihi, True, path)
         return integer_range(ilo, ihi)
+
+    def _integral_superset(self, m: float | None, ilo: int | None, ihi: int | None) -> Node:
+        """For a difference's right side: every number that Python or exact arithmetic may read as an integer in
+        [ilo, ihi] and a multiple of `m`.
+
+        Python reads a plain integer exactly, and an integer below 2^53 with a zero fraction (`6.0`) as the exact
+        float, and `jsonschema` tests an integer `multipleOf` of either exactly (`%`): for an integer m > 1 those
+        spellings are its multiples alone (`not: {multipleOf: 3}` keeps 1, 2 and 4.0). Every other spelling that
+        may read as an integer stays (`2.9999999999999999`, `1e3`), and so does every integer where m is not an
+        integer or its multiples are refused (too many remainders or endings)."""
+        plain = integer_range(ilo, ihi)
+        others = alt(integral_spellings(ilo, ihi), EXPONENT_NUMBER)
+        if isinstance(m, int) and not isinstance(m, bool) and 1 < m < 2**53:
+            try:
+                kept = multiples(m, integer=True, lo=ilo, lo_incl=True, hi=ihi, hi_incl=True)
+            except UnsupportedSchemaError:
+                return alt(plain, others)
+            exact = integer_range(-(2**53), 2**53)
+            zeros = seq(lit("."), Repeat(lit("0"), 1, None))
+            decided = alt(plain, seq(Intersect((plain, exact)), zeros))
+            return alt(kept, seq(Intersect((kept, exact)), zeros), Difference(others, decided))
+        return alt(plain, others)
 
     def _multiple_of(self, schema: dict, path: str) -> int | float | None:
         m = schema.get("multipleOf")
@@ -89,6 +112,10 @@ class NumberKeywords(CompilerBase):
             raise self._unsupported("format", _ptr(path, "format"), f"{fmt!r} on a number")
         lo, lo_incl, hi, hi_incl = self._bounds(schema, path)
         if self._negative:
+            if isinstance(m, int) and not isinstance(m, bool) and m > 1:
+                # its multiples are integers: those in the bounds widened to the integers around them
+                return self._integral_superset(m, None if lo is None else math.floor(lo),
+                                               None if hi is None else math.ceil(hi))
             # bounds widened to the integers around them, every exponent spelling; multipleOf not enforced
             if lo is None and hi is None:
                 return any_number()
