@@ -209,6 +209,15 @@ def test_a_compiler_pins_string_contents_so_cold_compiles_walk_none(vocab: Vocab
     assert compiler.prepared.core.pinned_regions == pinned
 
 
+def test_a_compiler_pins_the_same_walks_whatever_its_compiles_index_whole(monkeypatch) -> None:
+    """The probe tools' walks are pinned from an index that walked each region itself, not from the compile's own:
+    a small automaton is indexed whole, most of its states taking a walk from a state alike, and pinning that
+    index kept half the walks (a number's regions then walked the trie again on later first visits)."""
+    whole = Compiler(PreparedVocab(_digit_vocab())).prepared.core.pinned_regions
+    monkeypatch.setattr(token_index, "EAGER_BUDGET", 0)  # the probes' compiles lazy
+    assert Compiler(PreparedVocab(_digit_vocab())).prepared.core.pinned_regions == whole > 0
+
+
 def test_digit_count_states_share_entries_and_stay_exact(vocab: Vocabulary) -> None:
     """A bounded number counts its digits in states that walk the vocabulary alike once the count left is longer
     than any digit token: they share one trie walk and one stored entry, and every state's mask is still the

@@ -25,10 +25,11 @@ EAGER_BUDGET = 1024 * 4096
 """`warm` indexes an automaton whole when its states times its mask words (`int32` words, about a token per 32)
 come to at most this: 1,024 states at a 128k-token vocabulary (llama3's 4,008 words), 512 at 256k. What a
 state's first visit costs grows with the vocabulary (its masks, the trie it walks) and so does indexing every
-state; at this size indexing them all takes about a millisecond of CPU at 128k tokens (FuncQA's 499 states: 0.5-0.8
-ms), where lazily the first visits inside its numbers cost 15-100 us each in the steps of a call. Larger
-automata (a few hundred tools: 6,000-17,000 states) stay lazy: indexing them whole costs more than their compile,
-for a few dozen states a call visits."""
+state. At this size indexing them all takes about a millisecond of CPU at 128k tokens (FuncQA's 499 states:
+0.7-0.9 ms), where lazily the first visits of its numbers' states cost 15-100 us each, inside the steps of a call
+(its per-token p99). Larger automata (a few hundred tools: 6,000-17,000 states) stay lazy: indexing them whole
+would cost more than their compile, for the few dozen states a call visits. The rule holds for any grammar: it
+bounds what indexing everything costs, not which tool set is compiled."""
 
 ALIKE_ROUNDS = 6
 """How many bytes ahead an automaton indexed whole compares its wide states (`_core.Index.share_alike`): a region
