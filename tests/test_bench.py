@@ -161,14 +161,20 @@ def test_tooldec_engine_passes_the_check_and_reports_figures(tok_dir: Path, voca
     assert "| rich | tiny | tooldec |" in report.markdown(report.document(results, {"repeats": 2}))
 
 
-def test_precompute_engine_indexes_every_state_at_compile(tok_dir: Path, vocab: Vocabulary) -> None:
-    """The tooldec-precompute row compiles the same language with every state's mask built before the first step."""
+def test_precompute_engine_indexes_every_state_at_compile(tok_dir: Path, vocab: Vocabulary, monkeypatch) -> None:
+    """The tooldec-precompute row compiles the same language, minimized, with every state's mask built before the
+    first step, where the tooldec row indexes only a large automaton lazily (past EAGER_BUDGET)."""
     from tooldec.bench.engines import ENGINES
+    from tooldec.index import token_index
 
     lazy, whole = (ENGINES[name](tok_dir, vocab, min(vocab.eos_ids)) for name in ("tooldec", "tooldec-precompute"))
     tools = rich_tools()
     first, second = lazy.compile(tools), whole.compile(tools)
     assert second.index.core.computed == second.dfa.num_states - 1  # every state but the dead one
+    assert first.index.core.computed == first.dfa.num_states - 1  # a small automaton: indexed whole too
+    assert second.dfa.num_states < first.dfa.num_states
+    monkeypatch.setattr(token_index, "EAGER_BUDGET", 0)
+    first = lazy.compile(tools)
     assert first.index.core.computed < first.dfa.num_states - 1
     results = run(["tooldec", "tooldec-precompute"], [load_workload("rich", tok_dir)], {"tiny": tok_dir}, repeats=1)
     assert [r.status for r in results] == ["ok", "ok"]

@@ -220,6 +220,7 @@ def test_index_methods_refuse_states_tokens_and_buffers_out_of_range(state: int,
         lambda: index.cached(state),
         lambda: index.compute_all(data.draw(st.sampled_from([1, 2, 0, -1, 2**31 - 1]))),
         lambda: index.compute_regions(data.draw(st.sampled_from([1, 2, 0, -1, 2**31 - 1]))),
+        lambda: index.share_alike(data.draw(INTS)),
     ]
     for call in calls:
         _calls_fail_cleanly(call)
@@ -238,6 +239,9 @@ def test_index_checks() -> None:
         INDEX.fill_at(1, 0)
     with pytest.raises(ValueError):
         INDEX.fill(1, np.zeros(INDEX.words + 1, np.int32))
+    for rounds in (0, -1, 65):
+        with pytest.raises(ValueError):
+            INDEX.share_alike(rounds)
     assert len(INDEX.transitions(_core.FINAL)[0]) == 0
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tooldec.automaton.dfa import DEAD
 from tooldec.compiler import Compiler
-from tooldec.index import FINAL, PreparedVocab, TokenIndex, unpack
+from tooldec.index import FINAL, PreparedVocab, TokenIndex, token_index, unpack
 from tooldec.specs import ToolSpec
 from tooldec.vocab import Vocabulary
 
@@ -209,6 +209,15 @@ def test_a_compiler_pins_string_contents_so_cold_compiles_walk_none(vocab: Vocab
     assert compiler.prepared.core.pinned_regions == pinned
 
 
+def test_a_compiler_pins_the_same_walks_whatever_its_compiles_index_whole(monkeypatch) -> None:
+    """The probe tools' walks are pinned from an index that walked each region itself, not from the compile's own:
+    a small automaton is indexed whole, most of its states taking a walk from a state alike, and pinning that
+    index kept half the walks (a number's regions then walked the trie again on later first visits)."""
+    whole = Compiler(PreparedVocab(_digit_vocab())).prepared.core.pinned_regions
+    monkeypatch.setattr(token_index, "EAGER_BUDGET", 0)  # the probes' compiles lazy
+    assert Compiler(PreparedVocab(_digit_vocab())).prepared.core.pinned_regions == whole > 0
+
+
 def test_digit_count_states_share_entries_and_stay_exact(vocab: Vocabulary) -> None:
     """A bounded number counts its digits in states that walk the vocabulary alike once the count left is longer
     than any digit token: they share one trie walk and one stored entry, and every state's mask is still the
@@ -276,8 +285,10 @@ def test_region_walks_take_every_token_of_the_same_bytes(extra: list[bytes], rep
         assert np.flatnonzero(unpack(compiled.index.bitmask(s), vocab.size)).tolist() == ids.tolist()
 
 
-def test_compile_indexes_the_opening_text_up_to_the_first_choice(bytelevel_vocab: Vocabulary) -> None:
-    """`warm` builds the masks of the states every call walks (`{"name": "`, then a choice of tool) and no others."""
+def test_compile_indexes_the_opening_text_up_to_the_first_choice(bytelevel_vocab: Vocabulary, monkeypatch) -> None:
+    """Past EAGER_BUDGET, `warm` builds the masks of the states every call walks (`{"name": "`, then a choice of
+    tool) and no others."""
+    monkeypatch.setattr(token_index, "EAGER_BUDGET", 0)
     params = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
     tools = [ToolSpec("alpha", "", params), ToolSpec("beta", "", params)]
     index = Compiler(bytelevel_vocab).compile(tools, "json", use_cache=False).index
@@ -287,3 +298,59 @@ def test_compile_indexes_the_opening_text_up_to_the_first_choice(bytelevel_vocab
     assert index.count(state) >= 2 and index.core.computed == len(opening) + 1
     index.count(index.dfa.step(state, b"a"))
     assert index.core.computed == len(opening) + 2, "the state after the choice had been indexed already"
+
+
+def test_a_small_automaton_is_indexed_whole_at_compile(bytelevel_vocab: Vocabulary) -> None:
+    """Within EAGER_BUDGET every state's mask is built at compile time, so no step of a call computes one."""
+    import random
+
+    from tooldec.sample import random_walk
+
+    compiled = Compiler(bytelevel_vocab).compile(TOOLS, "json", use_cache=False)
+    index = compiled.index
+    assert index.core.num_states * index.words <= token_index.EAGER_BUDGET
+    assert index.core.computed == index.core.num_states - 1  # every state but the dead one
+    for seed in range(10):
+        random_walk(compiled.guide(), random.Random(seed))
+    assert index.core.computed == index.core.num_states - 1
+
+
+def _digit_vocab() -> Vocabulary:
+    """Every number from 0 to 999 a token (as llama3 writes digits), single bytes, and tokens that run from a
+    number into what follows it (`5,`, `0}`, `", "`)."""
+    tokens: list[bytes | None] = [bytes([b]) for b in range(0x20, 0x7F)]
+    tokens += [str(n).encode() for n in range(10, 1000)]
+    tokens += [b"00", b"000", b"5,", b"0}", b"12,", b'", "', b'": ', b"}}", b".5", b"e-", b"-1", b"name", b"arguments"]
+    return Vocabulary.from_bytes([*tokens, None], eos_id=len(tokens))
+
+
+def test_states_alike_share_region_walks_and_stay_exact() -> None:
+    """Indexed whole, a tool set's number states take the region walk of a state alike as far as that walk reads
+    (`share_alike`: one number's digit counts, and the same counts of every other number) instead of finding their
+    own region: fewer regions found than indexing state by state, and every mask, however the states are visited,
+    is still the brute-force set."""
+    import random
+
+    vocab = _digit_vocab()
+    number = {"type": "number"}
+    tools = [
+        ToolSpec(name, "", {"type": "object", "properties": {k: number for k in keys}, "required": list(keys[:2])})
+        for name, keys in (("add", "abcd"), ("sub", "ab"), ("pow", "xy"), ("log", "xb"))
+    ]
+    compiled = Compiler(vocab).compile(tools, "json", use_cache=False)
+    eager = compiled.index
+    assert eager.core.computed == eager.core.num_states - 1
+    plain = TokenIndex(compiled.dfa, PreparedVocab(vocab))
+    plain.core.compute_all(1)
+    assert 0 < eager.core.num_regions < plain.core.num_regions
+    lazy = TokenIndex(compiled.dfa, PreparedVocab(vocab))
+    lazy.core.share_alike(token_index.ALIKE_ROUNDS)
+    lazy.core.share_alike(1)  # a second call changes nothing
+    states = list(range(1, compiled.dfa.num_states))
+    random.Random(0).shuffle(states)
+    for s in states:
+        want = _brute_force(compiled, s)[0]
+        for index in (eager, lazy):
+            got = np.flatnonzero(unpack(index.bitmask(s), vocab.size)).tolist()
+            assert got == want
+            assert index.count(s) == len(want)

@@ -81,3 +81,19 @@ def test_restbench_specs_compile(llama3: Vocabulary) -> None:
             call = random_walk(compiled.guide(), rng, max_tokens=20000).result()
             spec = next(t for t in tools if t.name == call.name)
             jsonschema.validate(call.arguments, spec.parameters)
+
+
+@pytest.mark.parametrize("tokenizer", ["llama3", "qwen2.5"])
+def test_small_tool_sets_indexed_whole_match_the_trie_walk(tokenizer: str) -> None:
+    """FuncQA's tool set is indexed whole at compile time (`share_alike`: its number states share region walks a
+    few bytes deep; llama3's three-digit tokens, qwen2.5's single digits): every state's stored mask is the set a
+    plain walk of the trie finds afresh."""
+    import numpy as np
+
+    from tooldec.toolsets import funcqa_tools
+
+    vocab = Vocabulary.from_file(SHARED / "tokenizers" / tokenizer)
+    index = Compiler(vocab).compile(funcqa_tools(), "json", use_cache=False).index
+    assert index.core.computed == index.core.num_states - 1
+    for s in range(1, index.core.num_states):
+        assert index.allowed_ids(s).tolist() == np.sort(index.transitions(s)[0]).tolist(), s

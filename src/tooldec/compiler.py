@@ -139,7 +139,9 @@ class Compiler:
         self._lock = threading.Lock()
         for fmt in PINNED_FORMATS:
             if self.prepared.first_time(("pinned regions", fmt)):
-                index = self.compile(_PROBES, fmt, use_cache=False).index
+                # a fresh index, each state's region walked from it: the compile's own index, small enough to be
+                # indexed whole, took most of its walks from states alike (`TokenIndex.warm`) and holds fewer
+                index = TokenIndex(self.compile(_PROBES, fmt, use_cache=False).dfa, self.prepared)
                 index.warm(whole=True)
                 index.pin_regions()
 

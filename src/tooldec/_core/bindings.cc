@@ -340,6 +340,13 @@ int64_t index_count(Index& self, int64_t s) {
   return self.entry(static_cast<int32_t>(s)).count;
 }
 
+void index_share_alike(Index& self, int64_t rounds) {
+  if (rounds < 1 || rounds > MAX_ALIKE_ROUNDS)
+    invalid("rounds must be from 1 to " + std::to_string(MAX_ALIKE_ROUNDS));
+  py::gil_scoped_release r;
+  self.share_alike(static_cast<int32_t>(rounds));
+}
+
 void index_fill(Index& self, int64_t s, py::array_t<int32_t, py::array::c_style> out) {
   if (out.ndim() != 1 || out.shape(0) != self.words()) invalid("the row must be int32[words]");
   check_state(self, s, true);
@@ -481,6 +488,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("threads") = 1)
       .def("warm_path", &Index::warm_path, py::call_guard<py::gil_scoped_release>(), py::arg("state"),
            py::arg("limit"))
+      .def("share_alike", &index_share_alike, py::arg("rounds"))
       .def("next_state", &Index::next_state, py::arg("state"), py::arg("token"))
       .def("advance_many", &index_advance_many, py::arg("state"), py::arg("tokens"))
       .def("count", &index_count, py::arg("state"))

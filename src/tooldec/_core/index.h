@@ -3,8 +3,10 @@
 // end there; vocab.h). A state's allowed tokens come from one walk of that array with a stack of DFA states by
 // depth: a node whose byte is dead from its parent's state skips its whole subtree (a jump to its subtree end),
 // every live node that ends a token allows that token. The result is kept per state as a packed bitmask (dense
-// words, or (word, bits) pairs when that is smaller), computed on first visit and then read by any thread
-// without a lock. Wide states (a string's contents) get theirs through their region's walk (region.cc).
+// words, or (word, bits) pairs when that is smaller), computed on first visit (or all at once for a small
+// automaton, tooldec/index/token_index.py) and then read by any thread without a lock. Wide states (a string's
+// contents, a number's digits) get theirs through their region's walk (region.cc), found from each state or,
+// after share_alike, taken from a state alike as far as that walk reads.
 #pragma once
 
 #include <atomic>
@@ -26,7 +28,10 @@ namespace tooldec {
 // The mask of one state.
 struct Entry {
   std::vector<uint32_t> dense;                        // W words, or empty when sparse
-  std::vector<std::pair<int32_t, uint32_t>> sparse;  // (word, bits) when that is smaller
+  std::vector<std::pair<int32_t, uint32_t>> sparse;  // (word, bits) when that is smaller (with a base: added to it)
+  // A sparse region state's mask is its region's stay tokens, shared by every state of that region (the walk's
+  // stay_sparse, kept alive by the index), plus the few its exits add (`sparse`): building one costs its exits.
+  const std::vector<std::pair<int32_t, uint32_t>>* base = nullptr;
   int64_t count = 0;                                  // allowed tokens, EOS included
 };
 
@@ -88,12 +93,13 @@ class Index {
     }
   }
 
-  // emit(token) for every token that leaves region r through one of its exits (exits: the concrete states).
+  // emit(token) for every token that leaves region r through one of its exits (at: the concrete state each exit
+  // node leads to).
   template <typename Emit>
-  void walk_exits(const Region& r, const std::vector<int32_t>& exits, Emit emit) const {
+  void walk_exits(const Region& r, const std::vector<int32_t>& at, Emit emit) const {
     thread_local std::vector<int32_t> stack;
     stack.resize(static_cast<size_t>(vocab_->max_len_) + 1);
-    for (size_t i = 0; i < r.exit_node.size(); ++i) walk_below(r.exit_node[i], exits[r.exit_idx[i]], stack.data(), emit);
+    for (size_t i = 0; i < r.exit_node.size(); ++i) walk_below(r.exit_node[i], at[i], stack.data(), emit);
   }
 
   // The cached entry of state s, computed on first use (thread-safe: the first published entry wins; a racing
@@ -135,6 +141,18 @@ class Index {
   // live bytes lead to one state, at most `limit` states (a call's opening text up to its first choice).
   void warm_path(int32_t s, int32_t limit);
 
+  // Sort the wide states into classes alike up to `rounds` bytes ahead (each byte class leading to no state, a
+  // narrow state, or a wide state of which class), so that a wide state's first visit can take the region walk of
+  // an alike state indexed before it and skip finding its own region (the search of its states, the signature's
+  // hashing and the lookups in this index's and the vocabulary's caches: most of a number state's first visit).
+  // A walk that reads at most d bytes inside its region is the same from every state alike d + 1 bytes ahead, and
+  // a walk of any depth from every state of a last-round class no further round would split (a string's contents
+  // and its UTF-8 and escape states); such a state finds its own exit states along the walk's recorded paths.
+  // O(rounds x wide states x byte classes): for the small automata that are indexed whole (FuncQA: 257 wide
+  // states in 52 classes four bytes ahead).
+  // Once per index; a no-op after the first call.
+  void share_alike(int32_t rounds);
+
   bool cached(int32_t s) const { return s >= 0 && s < n_ && entries_[s].load(std::memory_order_acquire) != nullptr; }
 
   int64_t computed() const { return computed_.load(); }
@@ -155,7 +173,9 @@ class Index {
       std::memcpy(out, e.dense.data(), sizeof(int32_t) * W);
     } else {
       std::memset(out, 0, sizeof(int32_t) * W);
-      for (auto& [w, bits] : e.sparse) out[w] = static_cast<int32_t>(bits);
+      if (e.base != nullptr)
+        for (auto& [w, bits] : *e.base) out[w] = static_cast<int32_t>(bits);
+      for (auto& [w, bits] : e.sparse) out[w] |= static_cast<int32_t>(bits);
     }
   }
 
@@ -204,6 +224,24 @@ class Index {
  private:
   int32_t width(int32_t s) const { return width_[s]; }
 
+  // share_alike's classes and the region walks found for them (read by any thread, `found` under its mutex).
+  struct Alike {
+    int32_t rounds = 0;
+    std::vector<int32_t> cls;  // rounds x n: the class of wide state s after d rounds at (d - 1) * n + s (-1: narrow)
+    std::vector<uint8_t> settled;  // per class of the last round: no later round would split it
+    mutable std::mutex mutex;
+    mutable std::unordered_map<int64_t, const Region*> found;  // key(d, class) -> the canonical walk
+    static int64_t key(int32_t d, int32_t c) { return (int64_t{d} << 32) | static_cast<uint32_t>(c); }
+  };
+
+  // The walk of a state indexed before s that is alike s as far as that walk reads, or null.
+  const Region* alike_region(int32_t s) const;
+  // Record r (the walk of s's region) for the states alike s as far as r reads.
+  void remember_alike(int32_t s, const Region* r) const;
+  // The state each exit node of r leads to from s, following the walk's paths: false unless each path stays in
+  // wide states up to its last byte, which leads to a live narrow state (what the classes promise).
+  bool exits_along(int32_t s, const Region& r, std::vector<int32_t>& at) const;
+
   // The region of s: (signature, exit states), or false when s is narrow or its region too large to share.
   // The signature is the region's transitions over this automaton's byte classes, its states numbered in
   // breadth-first order from s (code > 0), its exits by order of discovery (code < 0), dead 0. layers[d] is the
@@ -231,10 +269,11 @@ class Index {
 
   std::shared_ptr<const Region> region_walk(const std::vector<int32_t>& sig, const std::vector<int32_t>& layers) const;
 
-  // A region state's entry: the region's stay tokens, then what its exits add. A region that sets few words (a
-  // number's digit tokens) is built from those words only, so its cost follows its tokens; otherwise (a string's
-  // contents) copying and scanning every word is faster.
-  void region_entry(int32_t s, const Region& r, const std::vector<int32_t>& exits, Entry* e) const;
+  // A region state's entry: the region's stay tokens, then what its exits add. A region that sets few enough words
+  // for its entry to be stored sparse (a number's digit tokens: 529 of llama3's 4,008 words) is built from those
+  // words only, so its cost follows its tokens (copying and scanning all 4,008 words took 5 us of a number's first
+  // visit); otherwise (a string's contents) copying and scanning every word is faster.
+  void region_entry(int32_t s, const Region& r, const std::vector<int32_t>& at, Entry* e) const;
 
   // Store a mask given as all its words: dense, or (word, bits) pairs when clearly smaller (a pair takes 8 bytes
   // against 4 for a dense word).
@@ -243,9 +282,9 @@ class Index {
   // store_scanned() for a mask whose tokens and non-zero words are counted already.
   void store_counted(std::vector<uint32_t> bits, int64_t count, int64_t nonzero, Entry* e) const;
 
-  // region_entry() for a region that sets few words: only those words and the ones its exits add are touched
-  // (a merge of two ascending lists).
-  void sparse_region_entry(int32_t s, const Region& r, const std::vector<int32_t>& exits, Entry* e) const;
+  // region_entry() for a region that sets few words: the entry takes the region's stay words as its base, and
+  // holds only the words its exits (and EOS) add.
+  void sparse_region_entry(int32_t s, const Region& r, const std::vector<int32_t>& at, Entry* e) const;
 
   // The entry of state s. A region state's follows from its region's walk, the exit states that walk leads to and
   // whether s accepts: states alike in all three share one entry. The digit-count states of a bounded number
@@ -283,6 +322,8 @@ class Index {
   std::vector<std::pair<int32_t, int32_t>> class_runs_;  // (first byte, class) of each run of bytes in one class
   std::vector<uint8_t> accepting_;
   std::unique_ptr<std::atomic<Entry*>[]> entries_;
+  std::atomic<const Alike*> alike_{nullptr};
+  std::unique_ptr<const Alike> alike_owner_;
   std::atomic<int64_t> computed_{0};
   mutable std::atomic<int64_t> walks_{0};
 };

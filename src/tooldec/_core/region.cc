@@ -1,9 +1,11 @@
 // The token index's per-state entries (index.h): a narrow state's from a walk of the trie, a wide state's from
 // its region, whose walk is shared by the states, indexes and compiles of the same shape.
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -24,7 +26,9 @@ bool Index::region_of(int32_t s, std::vector<int32_t>& sig, std::vector<int32_t>
   int32_t* const cd = code.data();
   int32_t* const sp = stamp.data();
   const int32_t ep = ++epoch;
-  std::vector<int32_t> local{s};
+  thread_local std::vector<int32_t> local_buffer;  // the region's states in breadth-first order
+  std::vector<int32_t>& local = local_buffer;
+  local.assign(1, s);
   sp[s] = ep;
   cd[s] = 1;
   layers.assign(1, 1);
@@ -140,6 +144,7 @@ std::shared_ptr<const Region> Index::region_walk(const std::vector<int32_t>& sig
     for (int32_t j = from; j < to; ++j) stay[tk[j] >> 5] |= 1u << (tk[j] & 31);
   };
   std::vector<int32_t> stack(static_cast<size_t>(v.max_len_) + 1);
+  std::vector<uint8_t> path(static_cast<size_t>(v.max_len_) + 1);  // the bytes down to the node (path[d - 1]: depth d)
   stack[0] = 1;
   int32_t deepest = 0;
   int32_t k = 0;
@@ -150,9 +155,17 @@ std::shared_ptr<const Region> Index::region_walk(const std::vector<int32_t>& sig
       k = ne[k];
       continue;
     }
+    path[d - 1] = nb[k];
+    if (c < 0 && ne[k] == k + 1) {  // an exit on a leaf of the trie: its tokens, whatever state the exit leads to
+      stay_all(tp[k], tp[k + 1]);
+      k = ne[k];
+      continue;
+    }
     if (c < 0) {
       r->exit_node.push_back(k);
       r->exit_idx.push_back(-c - 1);
+      r->exit_path.insert(r->exit_path.end(), path.begin(), path.begin() + d);
+      r->exit_path_at.push_back(static_cast<int32_t>(r->exit_path.size()));
       k = ne[k];
       continue;
     }
@@ -181,7 +194,11 @@ std::shared_ptr<const Region> Index::region_walk(const std::vector<int32_t>& sig
     i += stay[w] != 0;
   }
   r->stay_words.pop_back();
-  for (int32_t w : r->stay_words) r->stay_count += popcount32(stay[w]);
+  r->stay_sparse.reserve(r->stay_words.size());
+  for (int32_t w : r->stay_words) {
+    r->stay_sparse.emplace_back(w, stay[w]);
+    r->stay_count += popcount32(stay[w]);
+  }
   std::vector<char> used;
   for (int32_t x : r->exit_idx) {
     if (x >= static_cast<int32_t>(used.size())) used.resize(static_cast<size_t>(x) + 1, 0);
@@ -202,10 +219,10 @@ std::shared_ptr<const Region> Index::region_walk(const std::vector<int32_t>& sig
   return regions_.emplace(sig, std::move(r)).first->second;
 }
 
-void Index::region_entry(int32_t s, const Region& r, const std::vector<int32_t>& exits, Entry* e) const {
+void Index::region_entry(int32_t s, const Region& r, const std::vector<int32_t>& at, Entry* e) const {
   const int32_t W = words();
-  if (static_cast<int64_t>(r.stay_words.size()) * 16 < W) {
-    sparse_region_entry(s, r, exits, e);
+  if (static_cast<int64_t>(r.stay_words.size()) * 4 < W) {
+    sparse_region_entry(s, r, at, e);
     return;
   }
   // the region's counts plus what the exits add: no scan of the words afterwards
@@ -218,7 +235,7 @@ void Index::region_entry(int32_t s, const Region& r, const std::vector<int32_t>&
     count += (word & bit) == 0;
     word |= bit;
   };
-  walk_exits(r, exits, set);
+  walk_exits(r, at, set);
   if (accepting(s))
     for (int32_t t : vocab_->eos()) set(t);
   store_counted(std::move(bits), count, nonzero, e);
@@ -245,72 +262,236 @@ void Index::store_counted(std::vector<uint32_t> bits, int64_t count, int64_t non
     if (bits[w]) e->sparse.emplace_back(w, bits[w]);
 }
 
-void Index::sparse_region_entry(int32_t s, const Region& r, const std::vector<int32_t>& exits, Entry* e) const {
+void Index::sparse_region_entry(int32_t s, const Region& r, const std::vector<int32_t>& at, Entry* e) const {
   // the thread's buffers, bound once (each use of a thread-local in a shared library looks it up)
   thread_local std::vector<uint32_t> scratch_buffer;  // all zero between calls
-  thread_local std::vector<int32_t> added_buffer, merged_buffer;
+  thread_local std::vector<int32_t> added_buffer;
   std::vector<uint32_t>& scratch = scratch_buffer;
-  std::vector<int32_t>& added = added_buffer;
-  std::vector<int32_t>& merged = merged_buffer;
+  std::vector<int32_t>& added = added_buffer;  // the words the exits (and EOS) set, in the order first set
   const int32_t W = words();
   if (scratch.size() != static_cast<size_t>(W)) scratch.assign(static_cast<size_t>(W), 0);
   added.clear();
-  for (int32_t w : r.stay_words) scratch[w] = r.stay[w];
-  auto set = [&](int32_t t) {
-    uint32_t& word = scratch[t >> 5];
+  uint32_t* sc = scratch.data();
+  auto set = [sc, &added](int32_t t) {
+    uint32_t& word = sc[t >> 5];
     if (word == 0) added.push_back(t >> 5);
     word |= 1u << (t & 31);
   };
-  walk_exits(r, exits, set);
+  walk_exits(r, at, set);
   if (accepting(s))
     for (int32_t t : vocab_->eos()) set(t);
-  if (added.size() > SORTED_EXIT_WORDS) {  // exits scattered over many words: one scan beats sorting them
+  if (static_cast<int64_t>(added.size() + r.stay_sparse.size()) * 4 >= W) {  // too many words for a sparse entry
     std::vector<uint32_t> bits(scratch);
-    std::memset(scratch.data(), 0, sizeof(uint32_t) * scratch.size());
+    for (int32_t w : added) sc[w] = 0;
+    for (const auto& [w, b] : r.stay_sparse) bits[w] |= b;
     store_scanned(std::move(bits), e);
     return;
   }
+  // sorted by word, not token: a number's last digit-count states leave through a thousand digit tokens that
+  // lie in a few hundred words
   std::sort(added.begin(), added.end());
-  merged.resize(r.stay_words.size() + added.size());
-  std::merge(r.stay_words.begin(), r.stay_words.end(), added.begin(), added.end(), merged.begin());
-  int64_t count = 0;
-  for (int32_t w : merged) count += popcount32(scratch[w]);
-  e->count = count;
-  if (static_cast<int64_t>(merged.size()) * 4 < W) {
-    e->sparse.resize(merged.size());
-    for (size_t i = 0; i < merged.size(); ++i) e->sparse[i] = {merged[i], scratch[merged[i]]};
-  } else {
-    e->dense = scratch;
+  e->base = &r.stay_sparse;
+  e->sparse.resize(added.size());
+  int64_t count = r.stay_count;
+  const auto* st = r.stay_sparse.data();
+  const size_t S = r.stay_sparse.size();
+  size_t i = 0;
+  for (size_t j = 0; j < added.size(); ++j) {
+    const int32_t w = added[j];
+    while (i < S && st[i].first < w) ++i;  // both ascending: one pass
+    const uint32_t stay = i < S && st[i].first == w ? st[i].second : 0u;
+    count += popcount32(sc[w] & ~stay);
+    e->sparse[j] = {w, sc[w] & ~stay};
+    sc[w] = 0;
   }
-  for (int32_t w : merged) scratch[w] = 0;
+  e->count = count;
+}
+
+const Region* Index::alike_region(int32_t s) const {
+  const Alike* a = alike_.load(std::memory_order_acquire);
+  if (a == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(a->mutex);
+  if (a->found.empty()) return nullptr;
+  for (int32_t d = 1; d <= a->rounds; ++d) {
+    auto it = a->found.find(Alike::key(d, a->cls[static_cast<size_t>(d - 1) * n_ + s]));
+    if (it != a->found.end()) return it->second;
+  }
+  return nullptr;
+}
+
+void Index::remember_alike(int32_t s, const Region* r) const {
+  const Alike* a = alike_.load(std::memory_order_acquire);
+  if (a == nullptr) return;
+  int32_t d = r->depth + 1;
+  if (d > a->rounds) {  // a deeper walk: shared only through a class no round would split
+    d = a->rounds;
+    if (!a->settled[a->cls[static_cast<size_t>(d - 1) * n_ + s]]) return;
+  }
+  std::lock_guard<std::mutex> lock(a->mutex);
+  a->found.emplace(Alike::key(d, a->cls[static_cast<size_t>(d - 1) * n_ + s]), r);
+}
+
+bool Index::exits_along(int32_t s, const Region& r, std::vector<int32_t>& at) const {
+  at.resize(r.exit_node.size());
+  const uint8_t* path = r.exit_path.data();
+  for (size_t i = 0; i < r.exit_node.size(); ++i) {
+    int32_t q = s;
+    const int32_t from = r.exit_path_at[i], to = r.exit_path_at[i + 1];
+    for (int32_t j = from; j < to; ++j) {
+      if (q == DEAD || width(q) <= NARROW) return false;  // left the region before the exit's last byte
+      q = step(q, path[j]);
+    }
+    if (q == DEAD || width(q) > NARROW) return false;  // the last byte must leave the region for a live state
+    at[i] = q;
+  }
+  return true;
+}
+
+void Index::share_alike(int32_t rounds) {
+  if (rounds < 1 || alike_.load(std::memory_order_acquire) != nullptr) return;
+  auto a = std::make_unique<Alike>();
+  a->rounds = rounds;
+  a->cls.assign(static_cast<size_t>(rounds) * n_, -1);
+  std::vector<int32_t> wide;
+  for (int32_t s = 1; s < n_; ++s)
+    if (width(s) > NARROW) wide.push_back(s);
+  // a round's classes: rows of labels (per byte class: 0 dead, 1 narrow, 2 + the last round's class of a wide
+  // state) interned in an open-addressing table of (hash, a state with that row, its class); a match is
+  // confirmed by comparing the two states' rows
+  size_t cap = 16;
+  while (cap < 2 * wide.size()) cap *= 2;
+  struct Slot {
+    uint64_t hash;
+    int32_t state, cls;
+  };
+  std::vector<Slot> table(cap);
+  std::vector<uint32_t> label(n_, 1);  // this round's label of each state: 0 dead, 1 narrow, 2 + class if wide
+  label[DEAD] = 0;
+  for (int32_t s : wide) label[s] = 2;
+  const uint32_t* lb = label.data();
+  int32_t classes = 1;
+  for (int32_t d = 1; d <= rounds; ++d) {
+    int32_t* cls = a->cls.data() + static_cast<size_t>(d - 1) * n_;
+    std::fill(table.begin(), table.end(), Slot{0, -1, -1});
+    int32_t next = 0;
+    for (int32_t s : wide) {
+      const int32_t* tr = trans_ + static_cast<size_t>(s) * nc_;
+      uint64_t h0 = 1469598103934665603ULL, h1 = h0 ^ 1;  // two chains of multiplies at once
+      int32_t c = 0;
+      for (; c + 1 < nc_; c += 2) {
+        h0 = (h0 ^ lb[tr[c]]) * 1099511628211ULL;
+        h1 = (h1 ^ lb[tr[c + 1]]) * 1099511628211ULL;
+      }
+      if (c < nc_) h0 = (h0 ^ lb[tr[c]]) * 1099511628211ULL;
+      uint64_t h = h0 ^ (h1 << 32 | h1 >> 32);
+      h ^= h >> 29;
+      size_t i = static_cast<size_t>(h) & (cap - 1);
+      for (;; i = (i + 1) & (cap - 1)) {
+        Slot& slot = table[i];
+        if (slot.state < 0) {
+          slot = {h, s, next++};
+          break;
+        }
+        if (slot.hash != h) continue;
+        const int32_t* other = trans_ + static_cast<size_t>(slot.state) * nc_;
+        int32_t k = 0;
+        while (k < nc_ && lb[tr[k]] == lb[other[k]]) ++k;
+        if (k == nc_) break;
+      }
+      cls[s] = table[i].cls;
+    }
+    for (int32_t s : wide) label[s] = 2 + static_cast<uint32_t>(cls[s]);
+    if (next == classes && d < rounds) {  // no class split: none ever will (the same classes in the same order)
+      for (int32_t e = d + 1; e <= rounds; ++e)
+        std::memcpy(a->cls.data() + static_cast<size_t>(e - 1) * n_, cls, sizeof(int32_t) * static_cast<size_t>(n_));
+      break;
+    }
+    classes = next;
+  }
+  // The last round's classes no later round would split: a class that is all of one class of the round before
+  // (refinement only splits), whose states lead only to such classes, so that each round to come sees them alike
+  // again. States of such a class are alike however far ahead (a string's contents and its UTF-8 and escape
+  // states): they share a walk of any depth.
+  const int32_t* last = a->cls.data() + static_cast<size_t>(rounds - 1) * n_;
+  const int32_t* before = rounds > 1 ? last - n_ : nullptr;
+  int32_t count = 0;
+  for (int32_t s : wide) count = std::max(count, last[s] + 1);
+  std::vector<int32_t> members(count, 0), of_before(count, 0), before_size(n_ + 1, 0);
+  for (int32_t s : wide) {
+    ++members[last[s]];
+    of_before[last[s]] = before != nullptr ? before[s] : 0;
+    ++before_size[before != nullptr ? before[s] : 0];
+  }
+  a->settled.assign(count, 0);
+  for (int32_t c = 0; c < count; ++c) a->settled[c] = before_size[of_before[c]] == members[c];
+  for (bool changed = true; changed;) {  // unsettle the classes that lead to unsettled ones (backwards: few passes)
+    changed = false;
+    for (auto it = wide.rbegin(); it != wide.rend(); ++it) {
+      if (!a->settled[last[*it]]) continue;
+      const int32_t* tr = trans_ + static_cast<size_t>(*it) * nc_;
+      for (int32_t c = 0; c < nc_; ++c)
+        if (tr[c] != DEAD && width(tr[c]) > NARROW && !a->settled[last[tr[c]]]) {
+          a->settled[last[*it]] = 0;
+          changed = true;
+          break;
+        }
+    }
+  }
+  const Alike* expected = nullptr;
+  if (alike_.compare_exchange_strong(expected, a.get(), std::memory_order_acq_rel)) alike_owner_ = std::move(a);
 }
 
 Entry* Index::compute(int32_t s) const {
-  std::vector<int32_t> sig, exits, layers;
-  if (region_of(s, sig, exits, layers)) {
-    const Region* r = canonical(region_walk(sig, layers));
-    std::vector<int32_t> key;
-    key.reserve(r->used_exits.size() + 3);
+  // the thread's buffers, bound once: allocating them afresh for each state took a fifth of an index's time
+  thread_local std::vector<int32_t> sig_buffer, exits_buffer, layers_buffer, at_buffer, key_buffer, ids_buffer;
+  std::vector<int32_t>& sig = sig_buffer;
+  std::vector<int32_t>& exits = exits_buffer;
+  std::vector<int32_t>& layers = layers_buffer;
+  std::vector<int32_t>& at = at_buffer;
+  sig.clear();
+  exits.clear();
+  const Region* r = width(s) > NARROW ? alike_region(s) : nullptr;
+  if (r != nullptr && !exits_along(s, *r, at)) r = nullptr;
+  if (r == nullptr && region_of(s, sig, exits, layers)) {
+    r = canonical(region_walk(sig, layers));
+    at.resize(r->exit_idx.size());
+    for (size_t i = 0; i < at.size(); ++i) at[i] = exits[r->exit_idx[i]];
+    remember_alike(s, r);
+  }
+  if (r != nullptr) {
+    // states alike in their region's walk, its exit states and whether they accept share one entry; a state
+    // found through its class leaves through states of its own, which must agree on each exit of the walk
+    std::vector<int32_t>& key = key_buffer;
+    key.clear();
     const auto id = reinterpret_cast<uintptr_t>(r);
     key.push_back(static_cast<int32_t>(id & 0xFFFFFFFF));
     key.push_back(static_cast<int32_t>(static_cast<uint64_t>(id) >> 32));
     key.push_back(accepting(s) ? 1 : 0);
-    for (int32_t u : r->used_exits) key.push_back(exits[u]);
-    {
+    const size_t head = key.size();
+    key.resize(head + (r->used_exits.empty() ? 0 : static_cast<size_t>(r->used_exits.back()) + 1), DEAD);
+    bool agree = true;
+    for (size_t i = 0; i < at.size() && agree; ++i) {
+      int32_t& x = key[head + static_cast<size_t>(r->exit_idx[i])];
+      agree = x == DEAD || x == at[i];
+      x = at[i];
+    }
+    if (agree) {
       std::lock_guard<std::mutex> lock(owned_mutex_);
       auto it = same_entry_.find(key);
       if (it != same_entry_.end()) return it->second;
     }
     auto e = std::make_unique<Entry>();
-    region_entry(s, *r, exits, e.get());
+    region_entry(s, *r, at, e.get());
+    if (!agree) return own(std::move(e));
     std::lock_guard<std::mutex> lock(owned_mutex_);
-    auto [it, fresh] = same_entry_.emplace(std::move(key), e.get());
+    auto [it, fresh] = same_entry_.emplace(key, e.get());
     if (fresh) owned_.push_back(std::move(e));
     return it->second;
   }
   Entry* e = own(std::make_unique<Entry>());
   const int32_t W = words();
-  std::vector<int32_t> ids;
+  std::vector<int32_t>& ids = ids_buffer;
+  ids.clear();
   walk(s, [&](int32_t t, int32_t) { ids.push_back(t); });
   if (accepting(s)) ids.insert(ids.end(), vocab_->eos().begin(), vocab_->eos().end());
   if (static_cast<int64_t>(ids.size()) * 8 < W) {  // few tokens: straight to sparse words

@@ -20,9 +20,17 @@ namespace tooldec {
 // byte-level transitions between its states and towards its exits), so states of the same shape, such as the
 // contents of every string field of a tool set, share one walk.
 struct Region {
-  std::vector<uint32_t> stay;                 // tokens that end inside the region
+  // tokens that end inside the region, or on a leaf of the trie whose last byte leaves it (no longer token goes
+  // on from there, so the state it leaves for does not matter: a number's last digit counts leave through a
+  // thousand three-digit tokens, which cost 24 us a state walked one by one)
+  std::vector<uint32_t> stay;
   std::vector<int32_t> stay_words;            // the words of `stay` with a bit set, ascending
-  std::vector<int32_t> exit_node, exit_idx;  // trie nodes whose byte leaves it, and which exit it leads to
+  std::vector<std::pair<int32_t, uint32_t>> stay_sparse;  // those words with their bits (a sparse copy of stay)
+  std::vector<int32_t> exit_node, exit_idx;  // trie nodes (not leaves) whose byte leaves it, and which exit
+  // the bytes from the region's start to each exit node (exit i: exit_path[exit_path_at[i] .. exit_path_at[i+1])),
+  // so that a state whose region walks alike finds its own exit state of each without a search of its region
+  std::vector<uint8_t> exit_path;
+  std::vector<int32_t> exit_path_at{0};
   std::vector<int32_t> used_exits;            // the exits that appear in exit_idx, ascending
   uint64_t content = 0;                       // a hash of stay and the exits: walks alike hash alike
   int32_t depth = 0;                          // the most bytes a token read while staying inside it
@@ -32,7 +40,7 @@ struct Region {
   bool same_walk(const Region& o) const {
     return content == o.content && stay_words == o.stay_words && exit_node == o.exit_node &&
            exit_idx == o.exit_idx &&
-           std::all_of(stay_words.begin(), stay_words.end(), [&](int32_t w) { return stay[w] == o.stay[w]; });
+           stay_sparse == o.stay_sparse;
   }
 };
 

@@ -21,6 +21,21 @@ FINAL = _core.FINAL
 WARM_PATH = 64
 """How far `warm` follows the start's single path (a call format's opening text is far shorter)."""
 
+EAGER_BUDGET = 1024 * 4096
+"""`warm` indexes an automaton whole when its states times its mask words (`int32` words, about a token per 32)
+come to at most this: 1,024 states at a 128k-token vocabulary (llama3's 4,008 words), 512 at 256k. What a
+state's first visit costs grows with the vocabulary (its masks, the trie it walks) and so does indexing every
+state. At this size indexing them all takes about a millisecond of CPU at 128k tokens (FuncQA's 499 states:
+0.7-0.9 ms), where lazily the first visits of its numbers' states cost 15-100 us each, inside the steps of a call
+(its per-token p99). Larger automata (a few hundred tools: 6,000-17,000 states) stay lazy: indexing them whole
+would cost more than their compile, for the few dozen states a call visits. The rule holds for any grammar: it
+bounds what indexing everything costs, not which tool set is compiled."""
+
+ALIKE_ROUNDS = 6
+"""How many bytes ahead an automaton indexed whole compares its wide states (`_core.Index.share_alike`): a region
+walk read at most ALIKE_ROUNDS - 1 bytes deep (a number's digit tokens: 3 bytes at llama3, 1 at qwen2.5) is shared
+by the states alike that far instead of found again from each."""
+
 
 class TokenIndex:
     """State → (allowed token ids, next states), computed per state on first use and then cached (thread-safe)."""
@@ -92,17 +107,25 @@ class TokenIndex:
         return int(self.core.next_state(state, token_id))
 
     def warm(self, threads: int = 1, *, whole: bool = False) -> None:
-        """Index now, at compile time, on up to `threads` threads: the string regions and the start's opening
-        stretch, or with `whole` every state (Outlines-style, all up front).
+        """Index now, at compile time: a small automaton (EAGER_BUDGET) every state, on this thread; a larger one
+        its string regions and the start's opening stretch, on up to `threads` threads; with `whole` every state
+        on up to `threads` threads, each region walked on its own (what `pin_regions` keeps).
 
-        Either way a decoding step no longer meets a full walk of the vocabulary: a state reached for the first
-        time costs at most its region's exits (tens of microseconds at 128k tokens). A call visits a few dozen
-        of a tool set's hundreds of states, so indexing the rest up front costs a fresh request more than it
-        saves (BFCL multiple, llama3: 7.5 -> 3.4 ms of CPU for compile plus one call; benchmarks/README.md)."""
+        A small automaton's steps then only copy masks: its first visits had been the per-token p99 (FuncQA,
+        llama3: 24-47 us, a number's states leaving their region), and every state costs about a microsecond
+        when they are indexed together (states alike a few bytes ahead share their region's walk,
+        `_core.Index.share_alike`; narrow states are one short walk each). In a larger automaton a state reached
+        for the first time costs at most its region's exits (tens of microseconds at 128k tokens); a call visits
+        a few dozen of its thousands of states, so indexing the rest up front would cost more than the compile
+        itself (tools200: 16,438 states)."""
         if self.start <= DEAD:
             return
         if whole:
             self.core.compute_all(threads)
+            return
+        if self.core.num_states * self.words <= EAGER_BUDGET:
+            self.core.share_alike(ALIKE_ROUNDS)
+            self.core.compute_all(1)
             return
         self.core.compute_regions(threads)
         # Every call walks the opening stretch from the start (`{"name": "`) to its first choice (the first
