@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import itertools
 import json
 import os
 import statistics
@@ -214,7 +215,7 @@ def serve_row(url: str, tool_choice: str, questions: list[str], args: argparse.N
     }
 
 
-def table(rows: list[dict[str, Any]]) -> str:
+def table(rows: list[dict[str, Any]], note: str = "") -> str:
     """The Markdown report: medians per (backend, code, tool_choice) with the ratio, then every row."""
     lines = [
         "# Serving at engine speed: tooldec serve at one client vs the backend's own decode loop",
@@ -224,16 +225,18 @@ def table(rows: list[dict[str, Any]]) -> str:
         "the same prompts, decoding as many tokens from each as the server returned. serve / backend is the "
         "median over those pairs. `none` is a request without tools (the like-for-like pair); `auto` and "
         "`required` guide serve_load.py's four tools, which the backend decodes unguided, token by token, where "
-        "the server feeds forced stretches in one step. Load: the 1-minute load average at each row's start "
-        "and end (2 cores)."),
+        "the server feeds forced stretches in one step. CPU ms / token: each side's process CPU time per "
+        "token (-: not measured). Load: the 1-minute load average at each row's start and end (2 cores)."
+        + (f" {note}" if note else "")),
         "",
-        ("| backend | code | threads | tool_choice | backend-generate tok/s | tooldec-serve tok/s | serve / backend "
-        "| CPU ms / token, backend / serve | rounds | invalid | lost | 5xx | load (1 min) |"),
-        "|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
+        ("| run | backend | code | threads | tool_choice | backend-generate tok/s | tooldec-serve tok/s "
+        "| serve / backend | CPU ms / token, backend / serve | rounds | invalid | lost | 5xx | load (1 min) |"),
+        "|---|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---|",
     ]
-    groups: dict[tuple[str, str, int, str], dict[str, list[dict[str, Any]]]] = {}
+    lines[-2:-2] = pooled(rows)
+    groups: dict[tuple[str, str, str, int, str], dict[str, list[dict[str, Any]]]] = {}
     for r in rows:
-        key = (r["backend"], r["code"], r["threads"], r["tool_choice"])
+        key = (r.get("run", "-"), r["backend"], r["code"], r["threads"], r["tool_choice"])
         groups.setdefault(key, {}).setdefault(r["setup"], []).append(r)
     for key, sets in groups.items():
         backend = [r["tokens_per_s"] for r in sets.get("backend-generate", [])]
@@ -241,15 +244,16 @@ def table(rows: list[dict[str, Any]]) -> str:
         b = statistics.median(backend) if backend else None
         s = statistics.median(serve) if serve else None
         pairs = [sv["tokens_per_s"] / bk["tokens_per_s"]
-                 for sv, bk in zip(sets.get("tooldec-serve", []), sets.get("backend-generate", []), strict=False)
-                 if sv["round"] == bk["round"] and bk["tokens_per_s"]]
+                 for sv, bk in pairs_of([r for r in rows if (r.get("run", "-"), r["backend"], r["code"], r["threads"],
+                                                             r["tool_choice"]) == key])
+                 if bk["tokens_per_s"]]
         ratio = f"{statistics.median(pairs):.2f}" if pairs else "-"
         cpu = [_median([r.get("cpu_ms_per_token") for r in sets.get(k, [])])
                for k in ("backend-generate", "tooldec-serve")]
         every = [x for v in sets.values() for x in v]
         loads = [x for r in every for x in (r["load"][0][0], r["load"][1][0])]
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {_fmt(b)} | {_fmt(s)} | {ratio} | "
+            f"| {key[0]} | {key[1]} | {key[2]} | {key[3]} | {key[4]} | {_fmt(b)} | {_fmt(s)} | {ratio} | "
             f"{_fmt(cpu[0])} / {_fmt(cpu[1])} | {len(serve)} | "
             f"{sum(r['invalid'] for r in every)} | {sum(r['lost'] for r in every)} | "
             f"{sum(r['errors_5xx'] for r in every)} | {min(loads):.1f}-{max(loads):.1f} |"
@@ -266,10 +270,38 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['written']} | {r['backend']} | {r['code']} | {r['round']} | {r['tool_choice']} | {r['setup']} | "
             f"{r['requests']} | {r['completion_tokens']} | {r['tokens_per_s']} | "
-            f"{_fmt(r.get('decode_tokens_per_s'))} | {r.get('cpu_ms_per_token', '-')} | "
+            f"{_fmt(r.get('decode_tokens_per_s'))} | {_fmt(r.get('cpu_ms_per_token'), 1)} | "
             f"{r['load'][0][0]} / {r['load'][1][0]} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def pairs_of(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(server row, backend row) of each measured pair: the backend row that follows a server row of its run."""
+    out = []
+    for sv, bk in itertools.pairwise(rows):
+        if (sv["setup"], bk["setup"]) == ("tooldec-serve", "backend-generate") and all(
+                sv.get(k) == bk.get(k) for k in ("run", "round", "tool_choice", "code", "backend")):
+            out.append((sv, bk))
+    return out
+
+
+def pooled(rows: list[dict[str, Any]]) -> list[str]:
+    """The summary over every run: per backend, code and tool_choice, the median serve / backend ratio of all
+    pairs and each run's own median."""
+    groups: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    for sv, bk in pairs_of(rows):
+        if bk["tokens_per_s"]:
+            runs = groups.setdefault((sv["backend"], sv["code"], sv["tool_choice"]), {})
+            runs.setdefault(sv.get("run", "-"), []).append(sv["tokens_per_s"] / bk["tokens_per_s"])
+    out = ["| backend | code | tool_choice | runs | pairs | serve / backend (all pairs) | each run's median |",
+           "|---|---|---|---:|---:|---:|---|"]
+    for (backend, code, choice), runs in groups.items():
+        every = [x for v in runs.values() for x in v]
+        each = ", ".join(f"{statistics.median(v):.2f}" for v in runs.values())
+        out.append(f"| {backend} | {code} | {choice} | {len(runs)} | {len(every)} | {statistics.median(every):.2f} "
+                   f"| {each} |")
+    return [*out, "", "Each run (its rows in order below):", ""]
 
 
 def _median(values: list[Any]) -> float | None:
@@ -277,8 +309,8 @@ def _median(values: list[Any]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def main() -> None:
@@ -301,15 +333,17 @@ def main() -> None:
     parser.add_argument("--table", action="store_true", help="Only rewrite the table from the JSON file.")
     args = parser.parse_args()
     path = args.out / f"{args.stem}.json"
-    rows: list[dict[str, Any]] = [] if args.fresh or not path.exists() else json.loads(path.read_text())["rows"]
+    old = {} if args.fresh or not path.exists() else json.loads(path.read_text())
+    rows: list[dict[str, Any]] = old.get("rows", [])
     if args.table:
-        (args.out / f"{args.stem}.md").write_text(table(rows))
+        (args.out / f"{args.stem}.md").write_text(table(rows, old.get("note", "")))
         return
 
     from tooldec.backends.loader import load_with
     from tooldec.chat import ChatTemplate
 
     code = args.code or commit()
+    run = time.strftime("%Y-%m-%d %H:%M")
     lm = load_with(args.backend, args.model, threads=args.threads, sequences=args.max_batch + args.prefix_cache,
                    n_ctx=args.llama_ctx)
     template = ChatTemplate.probe(lm.tokenizer, "compact")
@@ -334,7 +368,7 @@ def main() -> None:
                 pair = [served, backend_row(lm, prompts, served["request_tokens"])]
                 for row in pair:
                     row = {"tool_choice": c, "clients": 1, **row, "backend": lm.backend, "threads": args.threads,
-                           "model": args.model, "max_tokens": args.max_tokens, "code": code, "round": rnd,
+                           "model": args.model, "max_tokens": args.max_tokens, "code": code, "run": run, "round": rnd,
                            "written": time.strftime("%Y-%m-%d %H:%M")}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
@@ -342,10 +376,10 @@ def main() -> None:
         proc.terminate()
         proc.wait(60)
     args.out.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"script": "benchmarks/serving.py", "cpus": os.cpu_count(), "rows": rows}, indent=1)
-                    + "\n")
-    (args.out / f"{args.stem}.md").write_text(table(rows))
-    print(table(rows))
+    doc = {**old, "script": "benchmarks/serving.py", "cpus": os.cpu_count(), "rows": rows}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    (args.out / f"{args.stem}.md").write_text(table(rows, doc.get("note", "")))
+    print(table(rows, doc.get("note", "")))
 
 
 if __name__ == "__main__":

@@ -195,9 +195,7 @@ def _top_p(probs: np.ndarray, top_p: float) -> tuple[np.ndarray, np.ndarray]:
     band = band[np.argsort(-probs[band], kind="stable")]
     before = sure_mass + np.cumsum(probs[band], dtype=np.float64) - probs[band]  # mass of the more likely tokens
     ids = np.concatenate([ids[above], band[: int(np.searchsorted(before, target, side="right"))]])
-    if not len(ids):  # the best token alone holds more than top_p
-        ids = band[:1]
-    return ids, probs[ids]
+    return ids, probs[ids]  # never empty: the most likely token has nothing before it
 
 
 def _sample_torch(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:

@@ -170,7 +170,8 @@ class Engine:
             left = [j for j in self.waiting if j.cancelled]
             for job in left:
                 self.waiting.remove(job)
-            joining = [self.waiting.popleft() for _ in range(min(len(self.waiting), self.max_batch - len(self.running)))]
+            room = min(len(self.waiting), self.max_batch - len(self.running))
+            joining = [self.waiting.popleft() for _ in range(room)]
         for job in left:
             self._end(job, "cancelled", None)
         for job in joining:
