@@ -159,9 +159,11 @@ async def one_request(http: httpx.AsyncClient, url: str, body: dict[str, Any], t
     return rec
 
 
-async def run_level(url: str, model: str, clients: int, requests: int, max_seconds: float, args: argparse.Namespace
-                    ) -> dict[str, Any]:
-    """`clients` concurrent clients until `requests` are answered or `max_seconds` pass."""
+async def run_level(url: str, model: str, clients: int, requests: int, max_seconds: float, args: argparse.Namespace,
+                    questions: list[str] | None = None) -> dict[str, Any]:
+    """`clients` concurrent clients until `requests` are answered or `max_seconds` pass, asking `questions` (default
+    QUESTIONS) in turn."""
+    questions = questions or QUESTIONS
     records: list[dict[str, Any]] = []
     issued = 0
     start = time.perf_counter()
@@ -170,10 +172,11 @@ async def run_level(url: str, model: str, clients: int, requests: int, max_secon
         nonlocal issued
         if issued >= requests or time.perf_counter() - start > max_seconds:
             return None
-        question = QUESTIONS[issued % len(QUESTIONS)]
+        question = questions[issued % len(questions)]
         issued += 1
-        body = {"model": model, "messages": [{"role": "user", "content": question}], "tools": TOOLS,
-                "tool_choice": args.tool_choice, "max_tokens": args.max_tokens, "temperature": args.temperature,
+        tools = {} if getattr(args, "no_tools", False) else {"tools": TOOLS, "tool_choice": args.tool_choice}
+        body = {"model": model, "messages": [{"role": "user", "content": question}], **tools,
+                "max_tokens": args.max_tokens, "temperature": args.temperature,
                 "stream": True, "stream_options": {"include_usage": True}, **json.loads(args.extra_body)}
         if args.temperature > 0:
             body["seed"] = issued
@@ -222,6 +225,7 @@ async def run_level(url: str, model: str, clients: int, requests: int, max_secon
         "truncated_calls": truncated,
         "answers_with_calls": sum(1 for r in ok if r["calls"]),
         "finish_reasons": finishes,
+        "request_tokens": [r["tokens"] for r in records],
         "invalid_examples": invalid[:5],
         "error_examples": [r["error"] for r in records if r["error"]][:5],
     }
@@ -302,6 +306,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--tool-choice", default="auto", help="auto | required | none.")
+    parser.add_argument("--no-tools", action="store_true", help="Send requests without tools (plain chat).")
     parser.add_argument("--extra-body", default="{}", help="JSON merged into every request (e.g. vllm_xargs).")
     parser.add_argument("--max-batch", type=int, default=32, help="tooldec serve --max-batch.")
     parser.add_argument("--threads", type=int, default=None, help="tooldec serve --threads.")
@@ -337,7 +342,8 @@ def main() -> None:
                      "model": args.model, "server_model": args.server_model or "smollm2 (embedded default)",
                      "clients": args.clients, "requests": args.requests or "2N, at least 8",
                      "max_seconds": args.max_seconds, "max_tokens": args.max_tokens,
-                     "temperature": args.temperature, "tool_choice": args.tool_choice, "max_batch": args.max_batch,
+                     "temperature": args.temperature,
+                     "tool_choice": "no tools" if args.no_tools else args.tool_choice, "max_batch": args.max_batch,
                      "extra_body": json.loads(args.extra_body), "note": args.note},
         "results": results,
     }

@@ -313,9 +313,19 @@ def test_stop_sequences_cut_the_content(client: Any) -> None:
     assert stop not in (cut.message.content or "") and whole.startswith((cut.message.content or "").strip())
 
 
-def test_the_event_loop_serves_while_a_long_answer_is_generated(server: Server) -> None:
+def test_the_event_loop_serves_while_a_long_answer_is_generated(server: Server, lm: LoadedModel) -> None:
     body = {"model": MODEL, "messages": USER, "max_tokens": 1500, "temperature": 1.0, "seed": 0,
             "stop": ["\x00\x01never"]}
+    # a model slow enough that the answer is still being written when the test looks: the tiny one, free, often
+    # writes <|im_end|> within a few dozen tokens, and the engine steps back to back, without waiting for the loop
+    slow = lm.model.register_forward_hook(lambda *_: time.sleep(0.05))
+    try:
+        _serves_while_generating(server, body)
+    finally:
+        slow.remove()
+
+
+def _serves_while_generating(server: Server, body: dict[str, Any]) -> None:
     with httpx.Client(timeout=60) as http:
         with http.stream("POST", server.url + "/v1/chat/completions", json={**body, "stream": True}) as resp:
             lines = resp.iter_lines()

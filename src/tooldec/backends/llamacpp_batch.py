@@ -25,9 +25,12 @@ class LlamaBatch(RowBatch):
     """Rows that join and leave between steps, each on its own llama.cpp sequence. Not thread-safe: call
     `add`, `remove` and `step` from one thread at a time."""
 
-    def __init__(self, decoder: Decoder, *, prefixes: int = 8, min_prefix: int = 32) -> None:
+    def __init__(self, decoder: Decoder, *, prefixes: int = 8, min_prefix: int = 8) -> None:
         """Decode with `decoder` (whose model is a LlamaCppModel); keep the last `prefixes` prompts of at least
-        `min_prefix` tokens for rows that start the same way (each holds a sequence while kept)."""
+        `min_prefix` tokens for rows that start the same way (each holds a sequence while kept). Taking a kept
+        start costs a `seq_cp`, not a copy, so even a short one is worth it: Qwen's default system prompt and the
+        chat markup around it are 24 tokens that every plain chat request shares (a second of prefill on a
+        loaded core when the threshold was 32)."""
         if not isinstance(decoder.model, LlamaCppModel):
             raise TypeError("LlamaBatch needs a decoder on a LlamaCppModel")
         super().__init__(decoder)

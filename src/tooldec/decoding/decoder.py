@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from tooldec.decoding.controller import CallEvent, Policy, fill_bitmasks
+from tooldec import _core
+from tooldec.decoding.controller import CallEvent, Policy
 from tooldec.decoding.kv_cache import GrowingCache, cache_keyword, returned_cache
 from tooldec.decoding.prefix import PromptPrefix
 from tooldec.decoding.sampling import SamplingParams, apply_token_bitmask_inplace, sample_token
@@ -144,8 +145,7 @@ class Decoder:
                 continue
             raw = logits[rows].clone() if explain else None
             t_mask = time.perf_counter()
-            fill_bitmasks([controllers[r] for r in rows], bitmask, rows)
-            apply_token_bitmask_inplace(logits, bitmask, rows)
+            mask_rows([controllers[r] for r in rows], logits, bitmask, rows)
             share = (time.perf_counter() - t_mask) / len(rows)
             for i, row in enumerate(rows):
                 gens[row].guidance_seconds += share
@@ -261,6 +261,19 @@ class Decoder:
                 pending.append(token)
                 gen.forced_tokens += 1
                 self._feed(row, ctrl, gen, token, pending, on_call, on_token)
+
+
+def mask_rows(policies: Sequence[Controller], logits: torch.Tensor, bitmask: np.ndarray, rows: Sequence[int]) -> None:
+    """Ban what each policy disallows: policy i's packed mask into row `rows[i]` of `bitmask` (one call of the
+    compiled core for the batch), then applied in place to the same row of `logits` (one kernel). Rows whose
+    policy allows every token (free text, text mode with no trigger to watch) are left out of both."""
+    sources = [p.mask_source() for p in policies]
+    masked = [k for k, source in enumerate(sources) if source is not None]
+    if not masked:
+        return
+    which = np.asarray([rows[k] for k in masked], dtype=np.int32)
+    _core.fill_bitmasks(bitmask, [sources[k] for k in masked], which, 1)
+    apply_token_bitmask_inplace(logits, bitmask, which)
 
 
 STEP_OVERHEAD_TOKENS = 16
@@ -495,8 +508,7 @@ class RowBatch:
         if sampling:
             if self._bitmask.shape[0] < len(order):
                 self._bitmask = np.empty((2 * len(order), self._bitmask.shape[1]), dtype=np.int32)
-            fill_bitmasks([order[i].policy for i in sampling], self._bitmask, sampling)
-            apply_token_bitmask_inplace(logits, self._bitmask[: len(order)], sampling)
+            mask_rows([order[i].policy for i in sampling], logits, self._bitmask[: len(order)], sampling)
         for i in sampling:
             row = order[i]
             self._safely(row, lambda r, i=i: self._sample(r, logits[i]))  # type: ignore[misc]

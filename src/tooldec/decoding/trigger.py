@@ -95,23 +95,21 @@ class Trigger:
         return pack_bool(keep, self.prepared.words)
 
     def _build(self, started: tuple[int, ...], allow: bool) -> np.ndarray:
-        """Scan the vocabulary once for one (prefix of the trigger already written, allow) combination."""
+        """The tokens allowed for one (prefix of the trigger already written, allow) combination: banned are those
+        holding the whole trigger before their last byte, ending with it (not allow), or finishing a started
+        trigger (not allow: at all; allow: and running on past its end). Found by searching the vocabulary's
+        bytes (`TokenText`), not by a Python pass over every token (1.3 s for Qwen's 151,665 tokens on a loaded
+        core, paid by the first requests that reach each combination)."""
         t = self.text
-        tb = self.prepared.vocab.token_bytes
-        banned = np.fromiter(
-            (
-                bool(b)
-                and (
-                    t in b[:-1]
-                    or (not allow and b.endswith(t))
-                    or any(b.startswith(t[k:]) and (not allow or len(b) > len(t) - k) for k in started)
-                )
-                for b in tb
-            ),
-            dtype=bool,
-            count=len(tb),
-        )
-        return pack_bool(~banned, self.prepared.words)
+        text = TokenText.of(self.prepared)
+        inside, ending = text.containing(t)
+        banned = [inside] if allow else [inside, ending]
+        for k in started:
+            ids = text.starting(t[k:])
+            banned.append(ids[text.lengths[ids] > len(t) - k] if allow else ids)
+        keep = np.ones(self.prepared.size, dtype=bool)
+        keep[np.concatenate(banned)] = False
+        return pack_bool(keep, self.prepared.words)
 
     def fired(self, tail: bytes, token_id: int) -> bool:
         """Whether `token_id`, written after `tail`, completes the trigger (at its end)."""
@@ -123,6 +121,49 @@ class Trigger:
     def opened(self, tail: bytes, token_id: int) -> Trigger | None:
         """This trigger if `token_id` completes it, else None (the same question `Triggers` answers)."""
         return self if self.fired(tail, token_id) else None
+
+
+class TokenText:
+    """A vocabulary's token bytes laid out for search, once per prepared vocabulary: all of them joined, with the
+    offset where each starts and its length."""
+
+    def __init__(self, token_bytes: Sequence[bytes | None]) -> None:
+        """Lay out `token_bytes` (None or b"" for tokens without text, which no search finds)."""
+        texts = [b or b"" for b in token_bytes]
+        self.lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+        self.starts = np.zeros(len(texts), dtype=np.int64)
+        np.cumsum(self.lengths[:-1], out=self.starts[1:])
+        self.joined = b"".join(texts)
+        self.bytes = np.frombuffer(self.joined, dtype=np.uint8)
+
+    @classmethod
+    def of(cls, prepared: PreparedVocab) -> TokenText:
+        """The layout of `prepared`'s vocabulary, made on first use and kept on it."""
+        text: TokenText | None = getattr(prepared, "_token_text", None)
+        if text is None:
+            text = cls(prepared.vocab.token_bytes)
+            prepared._token_text = text  # type: ignore[attr-defined]
+        return text
+
+    def containing(self, needle: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens holding `needle` before their last byte, and those ending with it."""
+        found = []
+        at = self.joined.find(needle)
+        while at >= 0:
+            found.append(at)
+            at = self.joined.find(needle, at + 1)
+        pos = np.array(found, dtype=np.int64)
+        ids = np.searchsorted(self.starts, pos, side="right") - 1
+        end = pos + len(needle)
+        token_end = self.starts[ids] + self.lengths[ids]
+        return np.unique(ids[end < token_end]), np.unique(ids[end == token_end])
+
+    def starting(self, prefix: bytes) -> np.ndarray:
+        """The tokens that start with `prefix` (non-empty)."""
+        ids = np.flatnonzero(self.lengths >= len(prefix))
+        for j, byte in enumerate(prefix):  # byte j of each candidate, the candidates fewer each time
+            ids = ids[self.bytes[self.starts[ids] + j] == byte]
+        return ids
 
 
 class Triggers:
