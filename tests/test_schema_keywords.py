@@ -17,7 +17,7 @@ from typing import Any
 
 import jsonschema
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
@@ -705,6 +705,10 @@ def intersected_requirements(draw: st.DrawFn) -> dict[str, Any]:
 
 @SETTINGS
 @given(intersected_requirements())
+@example(  # the writer once put `a` before `c`, by the first branch each part's value satisfies: rejected
+    {"$schema": DRAFT7, "type": "object", "properties": {"b": {"type": "string"}}, "additionalProperties": True,
+     "allOf": [{"anyOf": [{"required": ["b"]}, {"required": ["b", "c"]}]}, {"anyOf": [{"required": ["a", "c"]}]}]}
+)
 def test_intersected_parts_share_one_key_order(bytelevel_vocab: Vocabulary, schema: dict[str, Any]) -> None:
     """The parts of an `allOf` that do not merge lay out keys in one order, the canonical writer's: an object
     every part accepts is accepted (it was 'admits no value' when each part put its own keys first)."""

@@ -15,6 +15,9 @@ from jsonschema.validators import validator_for
 
 from tooldec.grammar.refs import resolve_pointer
 from tooldec.grammar.schema import value_key
+from tooldec.grammar.schema_base import MAX_EXPANSIONS
+from tooldec.grammar.schema_keywords import ANNOTATIONS
+from tooldec.grammar.schema_rewrites import _merge, key_order
 from tooldec.grammar.syntax import JSON, ValueSyntax
 
 
@@ -73,6 +76,36 @@ class CanonicalWriter:
                     break
         return out
 
+    def _intersection_order(self, parts: list[dict]) -> list[str]:
+        """The key order the schema compiler imposes when one of `parts` has an `allOf` it cannot merge into one
+        schema (its parts are then intersected, all laid out in `key_order`), else nothing."""
+        for schema in parts:
+            all_of = schema.get("allOf")
+            if not isinstance(all_of, list):
+                continue
+            rest = {k: v for k, v in schema.items() if k != "allOf"}
+            if not self._merges(rest, all_of):
+                return key_order([rest, *all_of], lambda ref: resolve_pointer(self.root, ref), None, MAX_EXPANSIONS)
+        return []
+
+    def _merges(self, rest: dict, parts: list[Any]) -> bool:
+        """Whether the schema compiler merges `parts` into `rest` as one schema (Combinators._all_of's rule)."""
+        merged: dict | None = rest
+        for part in parts:
+            if part is True:
+                continue
+            for _ in range(16):
+                if not (isinstance(part, dict) and isinstance(part.get("$ref"), str) and not set(part) - ANNOTATIONS - {"$ref"}):
+                    break
+                try:
+                    part = resolve_pointer(self.root, part["$ref"])
+                except LookupError:
+                    return False
+            if merged is None or not isinstance(part, dict) or "$ref" in part:
+                return False
+            merged = _merge(merged, part)
+        return merged is not None
+
     @staticmethod
     def _items_schema(parts: list[dict], i: int) -> Any:
         """The subschema of item `i` from the first part that declares items."""
@@ -120,7 +153,7 @@ class CanonicalWriter:
                     seen.setdefault(name, sub)
             # required keys without a property schema come next, as the schema compiler lays them out
             required = [r for part in parts for r in _required(part) if r not in seen]
-            order = [*seen, *dict.fromkeys(required)]
+            order = list(dict.fromkeys([*self._intersection_order(parts), *seen, *required]))
             keys = [k for k in order if k in value] + [k for k in value if k not in order]
             fields = [
                 syn.dumps(str(k)) + syn.key_sep + self._dump(value[k], self._member_schema(parts, seen, str(k)), depth + 1)

@@ -102,7 +102,7 @@ class CompilerBase:
         self._any_limit = 0
         self._any_places: list[int] = []
         self._subtracts = False  # whether the build under way takes a difference of languages
-        # while the parts of an intersection compile: the order of the object keys they share (see _keys_of)
+        # while the parts of an intersection compile: the order of the object keys they share (see schema_rewrites.key_order)
         self._key_order: list[str] | None = None
         self._expansions = 0  # subschemas compiled so far (see MAX_EXPANSIONS)
 

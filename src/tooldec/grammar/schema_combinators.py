@@ -12,7 +12,7 @@ from tooldec.grammar.ir import Intersect, Node, alt
 from tooldec.grammar.refs import resolve_pointer
 from tooldec.grammar.schema_base import MAX_EXPANSIONS, CompilerBase
 from tooldec.grammar.schema_keywords import ANNOTATIONS, _ptr, value_key
-from tooldec.grammar.schema_rewrites import _disjoint_types, _merge
+from tooldec.grammar.schema_rewrites import _disjoint_types, _merge, key_order
 
 
 class Combinators(CompilerBase):
@@ -47,7 +47,7 @@ class Combinators(CompilerBase):
         rest = {k: v for k, v in schema.items() if k != "allOf"}
         # the parts are intersected, so each lays out an object's keys in the one order the whole value uses
         saved = self._key_order
-        self._key_order = self._keys_of([rest, *parts], saved)
+        self._key_order = key_order([rest, *parts], lambda ref: resolve_pointer(self.root, ref), saved, MAX_EXPANSIONS)
         try:
             nodes = [self._compile(p, _ptr(path, "allOf", i)) for i, p in enumerate(parts)]
             if set(rest) - ANNOTATIONS:
@@ -55,33 +55,6 @@ class Combinators(CompilerBase):
         finally:
             self._key_order = saved
         return Intersect(tuple(nodes))
-
-    def _keys_of(self, schemas: list[Any], outer: list[str] | None) -> list[str]:
-        """The order of an object's keys under several schemas at once, as the canonical writer lays them out
-        (tooldec.grammar.canonical): the `properties` of each schema, its `allOf` parts and `anyOf` / `oneOf`
-        branches in turn, then their `required` keys; within `outer`, an order already in force."""
-        found: list[dict] = []
-        stack = list(reversed(schemas))
-        while stack and len(found) < MAX_EXPANSIONS:
-            sub = stack.pop()
-            if isinstance(sub, dict) and isinstance(sub.get("$ref"), str) and sub["$ref"].startswith("#"):
-                try:
-                    sub = resolve_pointer(self.root, sub["$ref"])
-                except LookupError:
-                    continue
-            if not isinstance(sub, dict):
-                continue
-            found.append(sub)
-            nested = [*(sub.get("allOf") or []), *(sub.get("anyOf") or []), *(sub.get("oneOf") or [])]
-            stack.extend(reversed([n for n in nested if isinstance(n, (dict, bool))]))
-        names = list(outer or [])
-        for sub in found:
-            props = sub.get("properties")
-            names += [k for k in props if isinstance(k, str)] if isinstance(props, dict) else []
-        for sub in found:
-            req = sub.get("required")
-            names += [k for k in req if isinstance(k, str)] if isinstance(req, list) else []
-        return list(dict.fromkeys(names))
 
     def _union(self, schema: dict, path: str) -> Node:
         key = "anyOf" if "anyOf" in schema else "oneOf"

@@ -4,6 +4,7 @@ union's branches admit disjoint types (so `oneOf` needs no exclusivity check).""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tooldec.grammar.schema_keywords import ANNOTATIONS, _json_type
@@ -27,6 +28,35 @@ def _schema_types(s: Any) -> set[str] | None:
         out.add("integer")
     return out
 
+
+
+def key_order(schemas: list[Any], resolve: Callable[[str], Any], outer: list[str] | None, limit: int) -> list[str]:
+    """The one order of an object's keys under intersected schemas, shared by the schema compiler (which lays every
+    part out in it) and the canonical writer: `outer` (an order already in force), then the `properties` of each
+    schema, its `allOf` parts and `anyOf` / `oneOf` branches depth first, then their `required` keys. `resolve`
+    gives a local `$ref`'s target (LookupError: skipped); at most `limit` subschemas are read."""
+    found: list[dict] = []
+    stack = list(reversed(schemas))
+    while stack and len(found) < limit:
+        sub = stack.pop()
+        if isinstance(sub, dict) and isinstance(sub.get("$ref"), str) and sub["$ref"].startswith("#"):
+            try:
+                sub = resolve(sub["$ref"])
+            except LookupError:
+                continue
+        if not isinstance(sub, dict):
+            continue
+        found.append(sub)
+        nested = [*(sub.get("allOf") or []), *(sub.get("anyOf") or []), *(sub.get("oneOf") or [])]
+        stack.extend(reversed([n for n in nested if isinstance(n, (dict, bool))]))
+    names = list(outer or [])
+    for sub in found:
+        props = sub.get("properties")
+        names += [k for k in props if isinstance(k, str)] if isinstance(props, dict) else []
+    for sub in found:
+        req = sub.get("required")
+        names += [k for k in req if isinstance(k, str)] if isinstance(req, list) else []
+    return list(dict.fromkeys(names))
 
 
 def _disjoint_types(branches: list[Any]) -> bool:
