@@ -14,8 +14,11 @@ import re
 import urllib.parse
 import uuid
 
+import jsonpointer
 import jsonschema
 import pytest
+import rfc3987  # type: ignore[import-untyped]
+import uri_template  # type: ignore[import-untyped]
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -429,16 +432,13 @@ def test_large_but_affordable_repeat_is_allowed() -> None:
 # ---------------------------------------------------------------------------------------------------------
 # format_ir
 
-FORMATS = ["date", "time", "date-time", "email", "uri", "uuid", "ipv4", "ipv6", "hostname", "byte"]
+FORMATS = ["date", "time", "date-time", "email", "uri", "uuid", "ipv4", "ipv6", "hostname", "byte", "uri-reference",
+           "uri-template", "json-pointer", "relative-json-pointer", "host-name"]
 _LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?")
 
 
 def _check_uri(value: str) -> None:
     assert urllib.parse.urlsplit(value).scheme
-    try:
-        import rfc3987  # type: ignore[import-not-found]
-    except ImportError:
-        return
     assert rfc3987.match(value, rule="URI"), value
 
 
@@ -452,6 +452,12 @@ def _check_hostname(value: str) -> None:
     assert FQDN(value, min_labels=1).is_valid, value
 
 
+def _check_relative_json_pointer(value: str) -> None:
+    rest = re.fullmatch(r"(?:0|[1-9][0-9]*)(.*)", value, re.DOTALL).group(1)  # type: ignore[union-attr]
+    if rest != "#":
+        jsonpointer.JsonPointer(rest)
+
+
 EXTRA_CHECKS = {
     "date": datetime.date.fromisoformat,
     "time": datetime.time.fromisoformat,
@@ -463,6 +469,11 @@ EXTRA_CHECKS = {
     "ipv6": ipaddress.IPv6Address,
     "hostname": _check_hostname,
     "byte": lambda v: base64.b64decode(v, validate=True),
+    "uri-reference": lambda v: rfc3987.match(v, rule="URI_reference") or pytest.fail(v),
+    "uri-template": lambda v: uri_template.validate(v) or pytest.fail(v),
+    "json-pointer": jsonpointer.JsonPointer,
+    "relative-json-pointer": _check_relative_json_pointer,
+    "host-name": _check_hostname,
 }
 
 
@@ -502,6 +513,15 @@ def test_format_samples_are_valid(fmt: str) -> None:
         ("hostname", ["localhost", "example.com", "a-b.c-d.example", "x" * 63 + ".com"],
          ["-a.com", "a-.com", "a..b", "a_b.com", "x" * 64 + ".com", ""]),
         ("byte", ["", "SGVsbG8=", "SGVsbG8h", "SGk="], ["SGVsbG8", "SGk", "S===", "SG=k"]),
+        ("uri-reference", ["", "a/b?c#d", "/x/y", "//host:80/p", "https://example.com/construction/123", "invalid_uri",
+                           "../up", "?q", "#f", "x%20y"],
+         ["a:b:c d", "a b", "%zz", "x#y#z", "[x]"]),
+        ("uri-template", ["", "http://example.com/{id}", "/search{?q,lang}", "{+path}/here", "{/list*}", "{var:3}",
+                          "x{.a,b.c}y"],
+         ["http://example.com/resource/{", "{}", "{a b}", "}", "{=x}", "{var:0}", "a<b", "{%41}", "{x:1000}"]),
+        ("json-pointer", ["", "/", "/a/b", "/a~0b/~1c", "/ü"], ["a", "/a~2", "/~"]),
+        ("relative-json-pointer", ["0", "1#", "2/a/b", "10/~0", "99"], ["", "01", "-1/a", "0a", "1##", "100"]),
+        ("host-name", ["localhost", "example.com"], ["-a.com", "a_b.com"]),
     ],
 )
 def test_format_examples(fmt: str, yes: list[str], no: list[str]) -> None:

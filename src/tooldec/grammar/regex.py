@@ -301,13 +301,28 @@ _PCHAR = rf"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|{_PCT})"
 _URI_AUTHORITY = rf"(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|{_PCT})*@)?(?:[A-Za-z0-9._~!$&'()*+,;=-]|{_PCT})*(?::[0-9]*)?"
 _URI_PATH = rf"(?://{_URI_AUTHORITY}(?:/{_PCHAR}*)*|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_PCHAR}+(?:/{_PCHAR}*)*)?"
 _URI_TAIL = rf"(?:{_PCHAR}|[/?])*"
+_URI = rf"[A-Za-z][A-Za-z0-9+.-]*:{_URI_PATH}(?:\?{_URI_TAIL})?(?:#{_URI_TAIL})?"
+# RFC 3986's relative-ref: a network path, an absolute path, or a relative one whose first segment has no colon
+_SEGMENT_NC = rf"(?:[A-Za-z0-9._~!$&'()*+,;=@-]|{_PCT})"
+_RELATIVE_REF = (rf"(?://{_URI_AUTHORITY}(?:/{_PCHAR}*)*|/(?:{_PCHAR}+(?:/{_PCHAR}*)*)?|{_SEGMENT_NC}+(?:/{_PCHAR}*)*)?"
+                 rf"(?:\?{_URI_TAIL})?(?:#{_URI_TAIL})?")
+# RFC 6570 (levels 1-4) as the `uri_template` package (jsonschema's checker) also reads it: ASCII literals, no
+# operators reserved for future extensions (= , ! @ |), variable names without percent-escapes, prefixes below 1,000
+_TEMPLATE_LITERAL = rf"(?:[!#$&()*+,./0-9:;=?@A-Z\[\]_a-z~-]|{_PCT})"
+_VARSPEC = r"[A-Za-z0-9_](?:\.?[A-Za-z0-9_])*(?::[1-9][0-9]{0,2}|\*)?"
+_JSON_POINTER = r"(?:/(?:[^/~]|~[01])*)*"
 
 _FORMATS = {
     "date": _DATE,
     "time": _TIME,
     "date-time": rf"{_DATE}T{_TIME}",
     "email": r"[A-Za-z0-9_%+-]+(?:\.[A-Za-z0-9_%+-]+)*@" + rf"{_LABEL63}(?:\.{_LABEL63})+",
-    "uri": rf"[A-Za-z][A-Za-z0-9+.-]*:{_URI_PATH}(?:\?{_URI_TAIL})?(?:#{_URI_TAIL})?",
+    "uri": _URI,
+    "uri-reference": rf"{_URI}|{_RELATIVE_REF}",
+    "uri-template": rf"(?:{_TEMPLATE_LITERAL}|\{{[+#./;?&]?{_VARSPEC}(?:,{_VARSPEC})*\}})*",
+    "json-pointer": _JSON_POINTER,
+    # at most 99 levels up: jsonschema's checker refuses any digit after a 0 (100 among them)
+    "relative-json-pointer": rf"(?:0|[1-9][0-9]?)(?:#|{_JSON_POINTER})",
     "uuid": rf"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}",
     "ipv4": rf"{_OCTET}(?:\.{_OCTET}){{3}}",
     "ipv6": "|".join((
@@ -320,6 +335,7 @@ _FORMATS = {
     )),
     # At most 63 + 6 * 31 = 249 characters, inside the 253 that DNS allows.
     "hostname": rf"{_LABEL63}(?:\.{_LABEL30}){{0,6}}",
+    "host-name": rf"{_LABEL63}(?:\.{_LABEL30}){{0,6}}",  # draft 3's name for it
     "byte": r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?",
 }
 

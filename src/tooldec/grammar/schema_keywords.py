@@ -32,6 +32,8 @@ STANDARD_FORMATS = frozenset(
         "relative-json-pointer", "regex", "host-name", "ip-address", "color", "utc-millisec", "style", "phone",
     }
 )
+NUMBER_FORMATS = frozenset({"utc-millisec"})
+"""Standard formats of numbers that constrain nothing: draft 3's utc-millisec is any number of milliseconds."""
 INT_FORMATS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1), "uint32": (0, 2**32 - 1)}
 
 

@@ -22,7 +22,7 @@ from tooldec.grammar.numbers import (
     number_range,
 )
 from tooldec.grammar.schema_base import CompilerBase
-from tooldec.grammar.schema_keywords import INT_FORMATS, STANDARD_FORMATS, _is_number, _ptr
+from tooldec.grammar.schema_keywords import INT_FORMATS, NUMBER_FORMATS, STANDARD_FORMATS, _is_number, _ptr
 
 
 class NumberKeywords(CompilerBase):
@@ -56,7 +56,7 @@ class NumberKeywords(CompilerBase):
             flo, fhi = INT_FORMATS[fmt]
             ilo = flo if ilo is None else max(ilo, flo)
             ihi = fhi if ihi is None else min(ihi, fhi)
-        elif fmt in STANDARD_FORMATS and not self._negative:
+        elif fmt in STANDARD_FORMATS - NUMBER_FORMATS and not self._negative:
             raise self._unsupported("format", _ptr(path, "format"), f"{fmt!r} on an integer")
         if self._negative:
             # every number Python or exact arithmetic may read as such an integer (an integral multipleOf enforced
@@ -108,7 +108,7 @@ class NumberKeywords(CompilerBase):
         fmt = schema.get("format")
         if m == 1 or fmt in INT_FORMATS:
             return self._integer(schema, path)
-        if fmt in STANDARD_FORMATS and not self._negative:
+        if fmt in STANDARD_FORMATS - NUMBER_FORMATS and not self._negative:
             raise self._unsupported("format", _ptr(path, "format"), f"{fmt!r} on a number")
         lo, lo_incl, hi, hi_incl = self._bounds(schema, path)
         if self._negative:
