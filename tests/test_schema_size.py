@@ -1,6 +1,7 @@
 """Schemas that were refused by size (issue 34) and the constructions that keep them small, checked against
 `jsonschema` and Python's `re`: unanchored alternations share one `.*`, products of automata minimize their
-operands (several `multipleOf` combined), and `not: {multipleOf: <integer>}` is enforced on plain integers."""
+operands (several `multipleOf` combined), `not: {multipleOf: <integer>}` is enforced on plain integers, and few
+bounded integers under combinators are checked one by one."""
 
 from __future__ import annotations
 
@@ -126,6 +127,19 @@ def test_not_an_integer_multiple_keeps_the_other_integers(kind: str) -> None:
     dfa = _dfa(schema)
     # other spellings that may read as an integer are removed (a subset): exponents, near-integers
     assert not dfa.accepts(b"4e0")
+
+
+@settings(max_examples=20)
+@given(st.lists(st.sampled_from([2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37]), min_size=3, max_size=6, unique=True),
+       st.integers(-1200, 0), st.integers(1, 1000), st.sampled_from([1, 3, 13.5]))
+def test_few_bounded_integers_under_combinators_are_checked_one_by_one(
+    primes: list[int], lo: int, width: int, step: float
+) -> None:
+    # a `not` of several multipleOfs multiplies their automata past the state bound (Handwritten num3); an
+    # integer schema whose own bounds leave few values has each checked by jsonschema instead, exactly
+    schema = {"type": "integer", "multipleOf": step, "not": {"anyOf": [{"multipleOf": p} for p in primes]},
+              "exclusiveMinimum": lo, "exclusiveMaximum": lo + width}
+    _assert_exact(schema, list(range(lo - 5, lo + width + 5)))
 
 
 # -- rules the pushdown lexer cannot take ----------------------------------------------------------------

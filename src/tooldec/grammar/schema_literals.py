@@ -17,6 +17,12 @@ from tooldec.grammar.schema_keywords import _TYPE_AND_ENUM, ANNOTATIONS, TYPES, 
 from tooldec.grammar.schema_objects import MAX_TRACKED_KEYS
 from tooldec.grammar.schema_shapes import _joined
 
+ENUMERATED_INTEGERS = 4096
+"""The most integers a bounded integer schema that combines subschemas is checked for one by one
+(`LiteralValues._integers_in_range`): each costs a `jsonschema` validation (about 50 us)."""
+COMBINING = frozenset({"not", "allOf", "anyOf", "oneOf", "$ref", "if"})
+"""The keywords that combine subschemas."""
+
 
 class LiteralValues(CompilerBase):
     """`const` / `enum`."""
@@ -55,6 +61,9 @@ class LiteralValues(CompilerBase):
             if not isinstance(schema["enum"], list):
                 raise self._bad("enum must be a list", _ptr(path, "enum"))
             return schema["enum"]
+        counted = self._integers_in_range(schema, path)
+        if counted is not None:
+            return counted
         parts = schema.get("allOf")
         for i, part in enumerate(parts if isinstance(parts, list) and depth < 8 else []):
             part = self._plain(part)
@@ -63,6 +72,20 @@ class LiteralValues(CompilerBase):
                 if values is not None:
                     return values
         return None
+
+    def _integers_in_range(self, schema: dict, path: str) -> list[int] | None:
+        """Every integer an integer schema's own bounds leave, when they are few and the schema combines
+        subschemas: each is then checked against the whole schema like an enum's values (exact), where building
+        the combination would multiply automata (a `not` of six `multipleOf`s over 900 integers passes the
+        state bound). None otherwise."""
+        if schema.get("type") != "integer" or not COMBINING & set(schema):
+            return None
+        lo, lo_incl, hi, hi_incl = self._bounds(schema, path)
+        if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+            return None
+        ilo = math.ceil(lo) if lo_incl else math.floor(lo) + 1
+        ihi = math.floor(hi) if hi_incl else math.ceil(hi) - 1
+        return list(range(ilo, ihi + 1)) if ihi - ilo < ENUMERATED_INTEGERS else None
 
     def _enum(self, schema: dict, values: list[Any], path: str) -> Node:
         """The listed `values` that the whole `schema` admits, each spelled as listed (every spelling when
