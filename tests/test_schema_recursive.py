@@ -6,6 +6,7 @@ a clear error where a schema nests past what the compiler follows."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from typing import Any
@@ -232,3 +233,26 @@ def test_a_schema_too_large_as_one_automaton_becomes_a_grammar_of_its_references
     with pytest.raises(UnsupportedSchemaError) as info:
         Compiler(bytelevel_vocab).compile_schema(SHAPES, use_cache=False)
     assert info.value.keyword == "size"
+
+
+@pytest.mark.parametrize("links", [1, 2, 3, 6])
+def test_recursion_cut_inside_an_intersection_is_refused_not_called_empty(bytelevel_vocab: Vocabulary, links: int) -> None:
+    """A recursive `$ref` under an `allOf` is unrolled to `max_ref_depth`; when every value nests deeper than that,
+    the unrolled language is empty although values exist (jsonschema accepts one): a refusal naming `$ref`, not
+    'no value satisfies this schema'. Shallower chains still compile and take their value."""
+    keys = "abcdefgh"[: links + 1]
+    patterns = {f"^{k}": {"allOf": [{"$ref": "#/definitions/p"}, {"required": [nxt]}]} for k, nxt in itertools.pairwise(keys)}
+    schema = {"allOf": [{"$ref": "#/definitions/p"}, {"required": ["a"]}],
+              "definitions": {"p": {"type": "object", "patternProperties": patterns}}}
+    value: Any = 0
+    for k in reversed(keys):
+        value = {k: value}
+    assert jsonschema.validators.validator_for(schema)(schema).is_valid(value)
+    compiler = Compiler(bytelevel_vocab)
+    if links < 3:  # the `$ref` entered at most max_ref_depth (3) times
+        grammar = compiler.compile_schema(schema, use_cache=False)
+        assert feed(grammar.guide(), bytelevel_vocab.encode(json.dumps(value)))
+        return
+    with pytest.raises(UnsupportedSchemaError, match="recursion") as info:
+        compiler.compile_schema(schema, use_cache=False)
+    assert info.value.keyword == "$ref"

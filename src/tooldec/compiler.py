@@ -352,6 +352,11 @@ class Compiler:
                                       additional_properties=additional_properties)
                 start = comp.value()
         dfa = compile_dfa(start, products)
+        if dfa.start == DEAD and comp.cut:  # values may exist only deeper than the unrolling went: not exact
+            raise UnsupportedSchemaError(
+                "$ref", path="#", detail=f"recursion inside an intersection or difference, unrolled {self.max_ref_depth} "
+                "deep, leaves no value; deeper values may exist",
+            )
         if dfa.start == DEAD:
             raise EmptyGrammarError("no value satisfies this schema", path="#")
         index = _indexed(dfa, self.prepared, self.threads, precompute=precompute, share_regions=True)

@@ -106,6 +106,8 @@ class CompilerBase:
         # while the parts of an intersection compile: the order of the object keys they share (see schema_rewrites.key_order)
         self._key_order: list[str] | None = None
         self._expansions = 0  # subschemas compiled so far (see MAX_EXPANSIONS)
+        self.cut = False
+        """Whether recursion was cut at `max_ref_depth` somewhere that removes values from the language."""
 
     def _wrap(self, opening: str, body: Node, closing: str) -> Node:
         """A container: its brackets around `body`, with the gaps the syntax's layout admits inside them."""
@@ -149,8 +151,12 @@ class CompilerBase:
         return Difference(Intersect((left, canonical_text())), right)
 
     def _cut(self) -> Node:
-        """What a cut branch (recursion past max_ref_depth) becomes: nothing, or anything when negative."""
-        return self._any_superset() if self._negative else NOTHING
+        """What a cut branch (recursion past max_ref_depth) becomes: nothing, or anything when negative. A cut
+        that removes values is recorded (`cut`): an empty result is then not proof that no value exists."""
+        if self._negative:
+            return self._any_superset()
+        self.cut = True
+        return NOTHING
 
     def _reached(self, depth: int) -> None:
         self._deepest = max(self._deepest, self._depth + depth)
