@@ -43,7 +43,7 @@ def compile_cfg(grammar: ContextFreeGrammar, prepared: PreparedVocab, threads: i
             terminals.append(t.automaton)
             continue
         d = next(dfas)
-        terminals.append((d.trans.astype(np.int32), d.classes.astype(np.uint8), d.accepting.astype(bool), int(d.start)))
+        terminals.append((d.trans, d.classes, d.accepting, d.start))
     lengths = np.array([len(r.rhs) for r in grammar.rules], dtype=np.int64)
     ptr = np.zeros(len(grammar.rules) + 1, dtype=np.int64)
     np.cumsum(lengths, out=ptr[1:])

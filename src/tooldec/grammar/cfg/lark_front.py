@@ -46,7 +46,7 @@ def _bottom_up(tree: Node) -> list[Node]:
     while i < len(order):
         node = order[i]
         i += 1
-        order.extend(c for c in reversed(node[1:]) if type(c) is tuple and c[0] in _TREES)
+        order += [c for c in node[:0:-1] if type(c) is tuple and c[0] in _TREES]
     order.reverse()
     return order
 
@@ -77,20 +77,31 @@ def _small_factors(n: int) -> list[tuple[int, int]]:
 def _alternatives(tree: Node) -> list[Alternative]:
     """A rule body's alternatives as symbol sequences (with their alias), in Lark's order, duplicates dropped."""
     done: dict[int, list[Alternative]] = {}
-
-    def of(child: Node) -> list[Alternative]:
-        return done[id(child)] if child[0] in _TREES else [((child,), None)]
-
     for node in _bottom_up(tree):
-        if node[0] == "seq":
+        kind = node[0]
+        if kind == "seq":
             acc: list[tuple[Node, ...]] = [()]
             for child in node[1:]:
-                acc = [a + s for a in acc for s, _alias in of(child)]
+                if child[0] not in _TREES:  # a symbol: appended to every sequence so far
+                    acc = [a + (child,) for a in acc]
+                    continue
+                options = done[id(child)]
+                if len(options) == 1:
+                    tail = options[0][0]
+                    acc = [a + tail for a in acc]
+                else:
+                    acc = [a + s for a in acc for s, _alias in options]
             done[id(node)] = [(s, None) for s in acc]
-        elif node[0] == "alias":
+        elif kind == "alias":
             done[id(node)] = [(s, node[2]) for s, _alias in done[id(node[1])]]
         else:
-            done[id(node)] = list(dict.fromkeys(alt for child in node[1:] for alt in of(child)))
+            found: dict[Alternative, None] = {}
+            for child in node[1:]:
+                if child[0] in _TREES:
+                    found.update(dict.fromkeys(done[id(child)]))
+                else:
+                    found[((child,), None)] = None
+            done[id(node)] = list(found)
     return done[id(tree)]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tooldec.errors import GrammarError
 
@@ -45,9 +46,9 @@ _TOKEN = re.compile(r"""
 _SHOWN = {"nl": "a line end", "eof": "the end of the grammar"}
 
 
-@dataclass(frozen=True)
-class Token:
-    """A lexical unit of the grammar text: its kind (a `_TOKEN` group, or the punctuation itself) and value."""
+class Token(NamedTuple):
+    """A lexical unit of the grammar text: its kind (a `_TOKEN` group, or the punctuation itself) and value (a
+    named tuple: a grammar has hundreds, and a frozen dataclass's constructor runs in Python)."""
 
     kind: str
     value: str

@@ -251,4 +251,4 @@ def literal_ir(text: str, flags: Iterable[str] = (), *, name: str) -> Node:
         data = text.encode("utf-8")
     except UnicodeEncodeError:
         raise GrammarError(f"terminal {name}: the literal {text!r} holds a lone surrogate (no UTF-8 form)") from None
-    return _checked(lit(data) if data else EMPTY, name, repr(text))
+    return lit(data) if data else _checked(EMPTY, name, repr(text))  # bytes: neither empty nor matching nothing
