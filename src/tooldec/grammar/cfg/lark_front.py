@@ -187,7 +187,7 @@ class _Builder:
                         raise self.fail(uses.get(node[1]), f"invalid Lark grammar: template '{node[1]}' is not "
                                                            f"defined with {len(node) - 2} parameters")
                 if node[0] in _TREES and node[0] != "P":
-                    stack.extend(c for c in reversed(node[1:]) if type(c) is tuple)
+                    stack += [c for c in node[:0:-1] if type(c) is tuple]
         missing = [n for n in self.ignore if n not in self.defs]
         if missing:
             raise GrammarError(f"invalid Lark grammar: Terminals {missing} were marked to ignore but were not defined")
@@ -331,13 +331,13 @@ class _Builder:
         terminals = [(n, self.pattern(False, n), d.priority) for n, d in self.defs.items() if d.is_term]
         anon = AnonymousTerminals(terminals)
         rules = self.rules(anon)
-        while True:
-            used = {s[1] for origin, symbols in rules for s in symbols if s[0] == "N" and s[1] != origin}
-            used.add(start)
-            kept = [r for r in rules if r[0] in used]
+        refs = [{s[1] for s in symbols if s[0] == "N"} - {origin} for origin, symbols in rules]
+        while True:  # a rule used by none but itself goes, until none does
+            used = {start}.union(*refs)
+            kept = [i for i, r in enumerate(rules) if r[0] in used]
             if len(kept) == len(rules):
                 break
-            rules = kept
+            rules, refs = [rules[i] for i in kept], [refs[i] for i in kept]
         used_terms = {s[1] for _o, symbols in rules for s in symbols if s[0] == "T"}
         used_terms.update(self.ignore)
         compiled = [self.terminal(n, p, prio) for n, p, prio in anon.terminals if n in used_terms]
@@ -347,8 +347,9 @@ class _Builder:
             nt_index.setdefault(origin, len(nt_index))
         if start not in nt_index:
             raise GrammarError(f"the start rule {start!r} is not defined")
-        bnf = [Rule(nt_index[o], tuple(term_index[s[1]] if s[0] == "T" else nonterminal_symbol(nt_index[s[1]])
-                                       for s in symbols)) for o, symbols in rules]
+        number = {("T", name): i for name, i in term_index.items()}
+        number.update({("N", name): nonterminal_symbol(i) for name, i in nt_index.items()})
+        bnf = [Rule(nt_index[o], tuple(map(number.__getitem__, symbols))) for o, symbols in rules]
         return normalize(ContextFreeGrammar(
             terminals=tuple(compiled),
             nonterminals=tuple(nt_index),

@@ -28,6 +28,8 @@ MAX_DEPTH = 256
 Node = tuple  # type: ignore[type-arg]
 
 _TOKEN = re.compile(r"""
+    [ \t\f]*  # blanks before a token are taken with it: one match per token
+  (?:
     (?P<skip>[ \t\f]+|\\[ ]*\r?\n|//[^\n]*|\#[^\n]*)
   | (?P<nl>\r?\n(?:\s|//[^\n]*|\#[^\n]*)*(?P<bar>\|)?)
   | (?P<to>->)
@@ -42,7 +44,7 @@ _TOKEN = re.compile(r"""
   | (?P<string>"(?:\\[^\n]|[^"\\\n])*"i?)
   | (?P<regexp>/(?!/)(?:\\[\s\S]|[^/\\])*/[imslux]*)
   | (?P<punct>[()\[\]{}:,~|])
-""", re.VERBOSE)
+  )""", re.VERBOSE)
 _SHOWN = {"nl": "a line end", "eof": "the end of the grammar"}
 
 
@@ -113,7 +115,8 @@ def tokenize(text: str) -> list[Token]:
         if kind == "nl" and m.group("bar"):
             tokens.append(Token("|", "|", m.start("bar")))
         elif kind != "skip":
-            tokens.append(Token(m.group() if kind == "punct" else kind, m.group(), pos))  # type: ignore[arg-type]
+            value = m.group(kind)
+            tokens.append(Token(value if kind == "punct" else kind, value, m.start(kind)))  # type: ignore[arg-type]
         pos = m.end()
     tokens.append(Token("nl", "\n", n))
     tokens.append(Token("eof", "", n))

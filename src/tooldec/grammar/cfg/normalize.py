@@ -23,7 +23,7 @@ def _productive(grammar: ContextFreeGrammar) -> list[bool]:
         for sym in rule.rhs:
             if sym < 0:
                 waiting[i] += 1
-                uses[symbol_nonterminal(sym)].append(i)
+                uses[-sym - 1].append(i)  # symbol_nonterminal, inlined: this loop sees every symbol
     productive = [False] * count
     queue = deque(rule.lhs for i, rule in enumerate(grammar.rules) if waiting[i] == 0)
     while queue:
