@@ -15,7 +15,6 @@ the shapes of Lark's own grammar trees, as tuples (equal trees compare equal, as
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -29,9 +28,14 @@ Node = tuple  # type: ignore[type-arg]
 
 _TOKEN = re.compile(r"""
     [ \t\f]*  # blanks before a token are taken with it: one match per token
-  (?:
-    (?P<skip>[ \t\f]+|\\[ ]*\r?\n|//[^\n]*|\#[^\n]*)
+  (?:  # the commonest first; only dotdot/dot, mod/op and op/number overlap, and keep that order
+    (?P<rule>_?[a-z][_a-z0-9]*)
+  | (?P<term>_?[A-Z][_A-Z0-9]*)
+  | (?P<string>"(?:\\[^\n]|[^"\\\n])*"i?)
+  | (?P<punct>[()\[\]{}:,~|])
   | (?P<nl>\r?\n(?:\s|//[^\n]*|\#[^\n]*)*(?P<bar>\|)?)
+  | (?P<skip>[ \t\f]+|\\[ ]*\r?\n|//[^\n]*|\#[^\n]*)
+  | (?P<regexp>/(?!/)(?:\\[\s\S]|[^/\\])*/[imslux]*)
   | (?P<to>->)
   | (?P<dotdot>\.\.)
   | (?P<dot>\.)
@@ -39,11 +43,6 @@ _TOKEN = re.compile(r"""
   | (?P<mod>(?:![?]?|[?]!?)(?=[_a-z]))
   | (?P<op>[+*?])
   | (?P<number>[+-]?\d+)
-  | (?P<rule>_?[a-z][_a-z0-9]*)
-  | (?P<term>_?[A-Z][_A-Z0-9]*)
-  | (?P<string>"(?:\\[^\n]|[^"\\\n])*"i?)
-  | (?P<regexp>/(?!/)(?:\\[\s\S]|[^/\\])*/[imslux]*)
-  | (?P<punct>[()\[\]{}:,~|])
   )""", re.VERBOSE)
 _SHOWN = {"nl": "a line end", "eof": "the end of the grammar"}
 
@@ -146,12 +145,15 @@ def unescape(body: str, is_string: bool) -> str:
             out.append(nxt)
             i += 1
         i += 1
-    source = "".join(out).replace('\\"', '"').replace("'", "\\'")
-    try:
-        value = ast.literal_eval(f"u'''{source}'''")
-    except (SyntaxError, ValueError) as exc:
-        raise ValueError(f"bad escape in {body!r} ({exc})") from None
-    return value.replace("\\\\", "\\") if is_string else value  # type: ignore[no-any-return]
+    source = "".join(out).replace('\\"', '"')
+    if "\0" in source:
+        raise ValueError(f"bad escape in {body!r} (a null character)")
+    source = source.replace("\r\n", "\n").replace("\r", "\n")  # as Python reads line ends inside a literal
+    try:  # the escapes of a Python string literal, as Lark evaluates them, without compiling one
+        value = source.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"bad escape in {body!r} ({exc.reason})") from None
+    return value.replace("\\\\", "\\") if is_string else value
 
 
 class _Reader:
