@@ -114,7 +114,7 @@ def tokenize(text: str) -> list[Token]:
         if kind == "nl" and m.group("bar"):
             tokens.append(Token("|", "|", m.start("bar")))
         elif kind != "skip":
-            value = m.group(kind)
+            value = m.group(kind)  # type: ignore[arg-type]
             tokens.append(Token(value if kind == "punct" else kind, value, m.start(kind)))  # type: ignore[arg-type]
         pos = m.end()
     tokens.append(Token("nl", "\n", n))

@@ -130,7 +130,7 @@ class _Converter:
 
     def sequence(self, items: list[tuple[object, object]], flags: int, at_start: bool, at_end: bool) -> Node:
         """A concatenation; anchors at the lexeme's edges hold on every whole-lexeme match, so they drop."""
-        items = list(items.data if type(items) is _parser.SubPattern else items)  # its list: no __getitem__ calls
+        items = list(getattr(items, "data", items))  # a SubPattern's own list: no __getitem__ call per item
         while at_start and items and items[0][0] is C.AT and items[0][1] in _BEGIN:
             items.pop(0)
         while at_end and items and items[-1][0] is C.AT and items[-1][1] in _END:
