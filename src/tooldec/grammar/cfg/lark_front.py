@@ -268,7 +268,7 @@ class _Builder:
                 self.offsets.setdefault(term, self.syntax.literals.get(node))
                 done[id(node)] = ("T", term)
                 continue
-            kids = tuple(done.get(id(c), c) for c in node[1:])
+            kids = tuple([done.get(id(c), c) for c in node[1:]])
             if kind == "tmpl":
                 args = kids[1:]
                 result = f"{kids[0]}{{{','.join(a[1] for a in args)}}}"
