@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tooldec import _core
-from tooldec.automaton.compile import compile_dfas
+from tooldec.automaton.compile import compile_arrays
 from tooldec.automaton.forced import complete_utf8
 from tooldec.errors import GrammarError, TokenRejectedError
 from tooldec.grammar.cfg import ContextFreeGrammar
@@ -26,6 +26,10 @@ MAX_EARLEY_ITEMS = 1_000_000
 """Items one Earley set may hold before the guide refuses to go on (a grammar too ambiguous for its input)."""
 FORCED_LIMIT = 256
 """Bytes at most that `forced_bytes` looks ahead."""
+PARALLEL_TERMINALS = 4096
+"""Size of the terminals' IR node table (code entries) from which their automata are built on several threads:
+a Lark grammar's dozens of small lexemes (SQL's 32: 421 entries) build in 0.2 ms on one thread, and twice the
+CPU time on two."""
 
 
 def compile_cfg(grammar: ContextFreeGrammar, prepared: PreparedVocab, threads: int = 1) -> Any:
@@ -34,16 +38,10 @@ def compile_cfg(grammar: ContextFreeGrammar, prepared: PreparedVocab, threads: i
     Raises GrammarError when a terminal cannot be guided (its automaton too large) or the rules are refused."""
     written = [t.node for t in grammar.terminals if t.automaton is None]
     try:
-        dfas = iter(compile_dfas(written, threads=threads) if written else [])
+        dfas = iter(compile_arrays(written, threads=threads, parallel_from=PARALLEL_TERMINALS) if written else [])
     except _core.AutomatonTooLarge as exc:
         raise GrammarError(f"a terminal's automaton is too large: {exc}") from None
-    terminals = []
-    for t in grammar.terminals:
-        if t.automaton is not None:
-            terminals.append(t.automaton)
-            continue
-        d = next(dfas)
-        terminals.append((d.trans.astype(np.int32), d.classes.astype(np.uint8), d.accepting.astype(bool), int(d.start)))
+    terminals = [t.automaton if t.automaton is not None else next(dfas) for t in grammar.terminals]
     lengths = np.array([len(r.rhs) for r in grammar.rules], dtype=np.int64)
     ptr = np.zeros(len(grammar.rules) + 1, dtype=np.int64)
     np.cumsum(lengths, out=ptr[1:])

@@ -166,14 +166,24 @@ def compile_dfas(nodes: Sequence[Node], products: ProductCache | None = None, th
     """`compile_dfa` of each node; the nodes go to the core in one table (a tool set's tools share most of their
     nodes) and it builds their automata on up to `threads` threads (then without seeing a signal until all are
     built). Raises UnsupportedSchemaError for the first node past the bounds."""
+    return [from_core(got) for got in compile_arrays(nodes, products, threads)]
+
+
+def compile_arrays(nodes: Sequence[Node], products: ProductCache | None = None, threads: int = 1, *,
+                   parallel_from: int = 0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
+    """`compile_dfas` as the core's own `(trans, classes, accepting, start)` arrays, for a caller that hands them
+    straight back to the core (a context-free grammar's terminals) and needs no DFA objects. A node table of
+    fewer than `parallel_from` code entries is built on one thread: starting threads costs more than it saves."""
     table = _Table(products)
     roots = [table.add(node) for node in nodes]
+    if len(table.code) < parallel_from:
+        threads = 1
     code, ptr = np.array(table.code, dtype=np.int32), np.array(table.ptr, dtype=np.int64)
     built = _core.compile_irs(code, ptr, table.mask_rows(), table.dfas, roots, MAX_NFA_STATES, MAX_DFA_STATES, threads)
     for got in built:  # past the bounds: its message
         if isinstance(got, str):
             raise UnsupportedSchemaError("size", detail=got)
-    return [from_core(got) for got in built]
+    return built  # type: ignore[no-any-return]
 
 
 class KeyLanguage:

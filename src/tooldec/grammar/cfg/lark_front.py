@@ -46,7 +46,7 @@ def _bottom_up(tree: Node) -> list[Node]:
     while i < len(order):
         node = order[i]
         i += 1
-        order.extend(c for c in reversed(node[1:]) if type(c) is tuple and c[0] in _TREES)
+        order += [c for c in node[:0:-1] if type(c) is tuple and c[0] in _TREES]
     order.reverse()
     return order
 
@@ -77,20 +77,31 @@ def _small_factors(n: int) -> list[tuple[int, int]]:
 def _alternatives(tree: Node) -> list[Alternative]:
     """A rule body's alternatives as symbol sequences (with their alias), in Lark's order, duplicates dropped."""
     done: dict[int, list[Alternative]] = {}
-
-    def of(child: Node) -> list[Alternative]:
-        return done[id(child)] if child[0] in _TREES else [((child,), None)]
-
     for node in _bottom_up(tree):
-        if node[0] == "seq":
+        kind = node[0]
+        if kind == "seq":
             acc: list[tuple[Node, ...]] = [()]
             for child in node[1:]:
-                acc = [a + s for a in acc for s, _alias in of(child)]
+                if child[0] not in _TREES:  # a symbol: appended to every sequence so far
+                    acc = [a + (child,) for a in acc]
+                    continue
+                options = done[id(child)]
+                if len(options) == 1:
+                    tail = options[0][0]
+                    acc = [a + tail for a in acc]
+                else:
+                    acc = [a + s for a in acc for s, _alias in options]
             done[id(node)] = [(s, None) for s in acc]
-        elif node[0] == "alias":
+        elif kind == "alias":
             done[id(node)] = [(s, node[2]) for s, _alias in done[id(node[1])]]
         else:
-            done[id(node)] = list(dict.fromkeys(alt for child in node[1:] for alt in of(child)))
+            found: dict[Alternative, None] = {}
+            for child in node[1:]:
+                if child[0] in _TREES:
+                    found.update(dict.fromkeys(done[id(child)]))
+                else:
+                    found[((child,), None)] = None
+            done[id(node)] = list(found)
     return done[id(tree)]
 
 
@@ -176,7 +187,7 @@ class _Builder:
                         raise self.fail(uses.get(node[1]), f"invalid Lark grammar: template '{node[1]}' is not "
                                                            f"defined with {len(node) - 2} parameters")
                 if node[0] in _TREES and node[0] != "P":
-                    stack.extend(c for c in reversed(node[1:]) if type(c) is tuple)
+                    stack += [c for c in node[:0:-1] if type(c) is tuple]
         missing = [n for n in self.ignore if n not in self.defs]
         if missing:
             raise GrammarError(f"invalid Lark grammar: Terminals {missing} were marked to ignore but were not defined")
@@ -257,7 +268,7 @@ class _Builder:
                 self.offsets.setdefault(term, self.syntax.literals.get(node))
                 done[id(node)] = ("T", term)
                 continue
-            kids = tuple(done.get(id(c), c) for c in node[1:])
+            kids = tuple([done.get(id(c), c) for c in node[1:]])
             if kind == "tmpl":
                 args = kids[1:]
                 result = f"{kids[0]}{{{','.join(a[1] for a in args)}}}"
@@ -320,13 +331,13 @@ class _Builder:
         terminals = [(n, self.pattern(False, n), d.priority) for n, d in self.defs.items() if d.is_term]
         anon = AnonymousTerminals(terminals)
         rules = self.rules(anon)
-        while True:
-            used = {s[1] for origin, symbols in rules for s in symbols if s[0] == "N" and s[1] != origin}
-            used.add(start)
-            kept = [r for r in rules if r[0] in used]
+        refs = [{s[1] for s in symbols if s[0] == "N"} - {origin} for origin, symbols in rules]
+        while True:  # a rule used by none but itself goes, until none does
+            used = {start}.union(*refs)
+            kept = [i for i, r in enumerate(rules) if r[0] in used]
             if len(kept) == len(rules):
                 break
-            rules = kept
+            rules, refs = [rules[i] for i in kept], [refs[i] for i in kept]
         used_terms = {s[1] for _o, symbols in rules for s in symbols if s[0] == "T"}
         used_terms.update(self.ignore)
         compiled = [self.terminal(n, p, prio) for n, p, prio in anon.terminals if n in used_terms]
@@ -336,8 +347,9 @@ class _Builder:
             nt_index.setdefault(origin, len(nt_index))
         if start not in nt_index:
             raise GrammarError(f"the start rule {start!r} is not defined")
-        bnf = [Rule(nt_index[o], tuple(term_index[s[1]] if s[0] == "T" else nonterminal_symbol(nt_index[s[1]])
-                                       for s in symbols)) for o, symbols in rules]
+        number = {("T", name): i for name, i in term_index.items()}
+        number.update({("N", name): nonterminal_symbol(i) for name, i in nt_index.items()})
+        bnf = [Rule(nt_index[o], tuple(map(number.__getitem__, symbols))) for o, symbols in rules]
         return normalize(ContextFreeGrammar(
             terminals=tuple(compiled),
             nonterminals=tuple(nt_index),

@@ -15,9 +15,9 @@ the shapes of Lark's own grammar trees, as tuples (equal trees compare equal, as
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tooldec.errors import GrammarError
 
@@ -27,8 +27,15 @@ MAX_DEPTH = 256
 Node = tuple  # type: ignore[type-arg]
 
 _TOKEN = re.compile(r"""
-    (?P<skip>[ \t\f]+|\\[ ]*\r?\n|//[^\n]*|\#[^\n]*)
+    [ \t\f]*  # blanks before a token are taken with it: one match per token
+  (?:  # the commonest first; only dotdot/dot, mod/op and op/number overlap, and keep that order
+    (?P<rule>_?[a-z][_a-z0-9]*)
+  | (?P<term>_?[A-Z][_A-Z0-9]*)
+  | (?P<string>"(?:\\[^\n]|[^"\\\n])*"i?)
+  | (?P<punct>[()\[\]{}:,~|])
   | (?P<nl>\r?\n(?:\s|//[^\n]*|\#[^\n]*)*(?P<bar>\|)?)
+  | (?P<skip>[ \t\f]+|\\[ ]*\r?\n|//[^\n]*|\#[^\n]*)
+  | (?P<regexp>/(?!/)(?:\\[\s\S]|[^/\\])*/[imslux]*)
   | (?P<to>->)
   | (?P<dotdot>\.\.)
   | (?P<dot>\.)
@@ -36,18 +43,13 @@ _TOKEN = re.compile(r"""
   | (?P<mod>(?:![?]?|[?]!?)(?=[_a-z]))
   | (?P<op>[+*?])
   | (?P<number>[+-]?\d+)
-  | (?P<rule>_?[a-z][_a-z0-9]*)
-  | (?P<term>_?[A-Z][_A-Z0-9]*)
-  | (?P<string>"(?:\\[^\n]|[^"\\\n])*"i?)
-  | (?P<regexp>/(?!/)(?:\\[\s\S]|[^/\\])*/[imslux]*)
-  | (?P<punct>[()\[\]{}:,~|])
-""", re.VERBOSE)
+  )""", re.VERBOSE)
 _SHOWN = {"nl": "a line end", "eof": "the end of the grammar"}
 
 
-@dataclass(frozen=True)
-class Token:
-    """A lexical unit of the grammar text: its kind (a `_TOKEN` group, or the punctuation itself) and value."""
+class Token(NamedTuple):
+    """A lexical unit of the grammar text: its kind (a `_TOKEN` group, or the punctuation itself) and value (a
+    named tuple: a grammar has hundreds, and a frozen dataclass's constructor runs in Python)."""
 
     kind: str
     value: str
@@ -112,7 +114,8 @@ def tokenize(text: str) -> list[Token]:
         if kind == "nl" and m.group("bar"):
             tokens.append(Token("|", "|", m.start("bar")))
         elif kind != "skip":
-            tokens.append(Token(m.group() if kind == "punct" else kind, m.group(), pos))  # type: ignore[arg-type]
+            value = m.group(kind)  # type: ignore[arg-type]
+            tokens.append(Token(value if kind == "punct" else kind, value, m.start(kind)))  # type: ignore[arg-type]
         pos = m.end()
     tokens.append(Token("nl", "\n", n))
     tokens.append(Token("eof", "", n))
@@ -142,12 +145,15 @@ def unescape(body: str, is_string: bool) -> str:
             out.append(nxt)
             i += 1
         i += 1
-    source = "".join(out).replace('\\"', '"').replace("'", "\\'")
-    try:
-        value = ast.literal_eval(f"u'''{source}'''")
-    except (SyntaxError, ValueError) as exc:
-        raise ValueError(f"bad escape in {body!r} ({exc})") from None
-    return value.replace("\\\\", "\\") if is_string else value  # type: ignore[no-any-return]
+    source = "".join(out).replace('\\"', '"')
+    if "\0" in source:
+        raise ValueError(f"bad escape in {body!r} (a null character)")
+    source = source.replace("\r\n", "\n").replace("\r", "\n")  # as Python reads line ends inside a literal
+    try:  # the escapes of a Python string literal, as Lark evaluates them, without compiling one
+        value = source.encode("latin-1", "backslashreplace").decode("unicode_escape")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"bad escape in {body!r} ({exc.reason})") from None
+    return value.replace("\\\\", "\\") if is_string else value
 
 
 class _Reader:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import cache
 from re import _parser  # type: ignore[attr-defined]
+from typing import NamedTuple
 
 from tooldec.errors import GrammarError
 from tooldec.grammar.cfg.lark_reader import Node
@@ -32,9 +32,10 @@ _ID_CONTINUE = _ID_START | {"Nd", "Nl"}
 _ASCII_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-@dataclass(frozen=True)
-class Pattern:
-    """A string ("str") or regex ("re") pattern with its flags, equal to another when Lark's would be."""
+class Pattern(NamedTuple):
+    """A string ("str") or regex ("re") pattern with its flags, equal to another when Lark's would be (a named
+    tuple: every literal in a rule makes one, and it keys the terminal names; a frozen dataclass hashes in
+    Python)."""
 
     kind: str
     value: str

@@ -7,7 +7,7 @@ terminal i is `i`, nonterminal n is `-(n + 1)`, so a right-hand side is one tupl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tooldec.grammar.ir import Node
 
@@ -25,9 +25,9 @@ class Terminal:
     for a terminal cut out of an automaton (tooldec.automaton.value_grammar); `node` is then unused."""
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One BNF production `lhs -> rhs`."""
+class Rule(NamedTuple):
+    """One BNF production `lhs -> rhs` (a named tuple: front ends build thousands, and a frozen dataclass's
+    constructor and hash run in Python)."""
 
     lhs: int  # nonterminal index
     rhs: tuple[int, ...]  # terminal i -> i (>= 0), nonterminal n -> -(n + 1)

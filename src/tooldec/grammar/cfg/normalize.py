@@ -8,6 +8,7 @@ recursion happens however deep the grammar nests.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
 from tooldec.errors import GrammarError
 from tooldec.grammar.cfg.model import ContextFreeGrammar, Rule, nonterminal_symbol, symbol_nonterminal
@@ -22,7 +23,7 @@ def _productive(grammar: ContextFreeGrammar) -> list[bool]:
         for sym in rule.rhs:
             if sym < 0:
                 waiting[i] += 1
-                uses[symbol_nonterminal(sym)].append(i)
+                uses[-sym - 1].append(i)  # symbol_nonterminal, inlined: this loop sees every symbol
     productive = [False] * count
     queue = deque(rule.lhs for i, rule in enumerate(grammar.rules) if waiting[i] == 0)
     while queue:
@@ -46,7 +47,8 @@ def normalize(grammar: ContextFreeGrammar) -> ContextFreeGrammar:
     if not productive[grammar.start]:
         raise GrammarError(f"the grammar's language is empty: start symbol {grammar.nonterminals[grammar.start]!r} "
                            "derives no string of terminals (each of its derivations recurses forever)")
-    live = [r for r in grammar.rules if all(s >= 0 or productive[symbol_nonterminal(s)] for s in r.rhs)]
+    rules = grammar.rules
+    live = rules if all(productive) else [r for r in rules if all(s >= 0 or productive[-s - 1] for s in r.rhs)]
     by_lhs: list[list[Rule]] = [[] for _ in grammar.nonterminals]
     for rule in live:
         by_lhs[rule.lhs].append(rule)
@@ -59,9 +61,13 @@ def normalize(grammar: ContextFreeGrammar) -> ContextFreeGrammar:
                 if sym < 0 and not reachable[nt := symbol_nonterminal(sym)]:
                     reachable[nt] = True
                     queue.append(nt)
-    kept = list(dict.fromkeys(r for r in live if reachable[r.lhs]))
+    kept = list(dict.fromkeys(live if all(reachable) else (r for r in live if reachable[r.lhs])))
     used_terms = set(grammar.ignore)
     used_terms.update(s for r in kept for s in r.rhs if s >= 0)
+    ignore = tuple(dict.fromkeys(grammar.ignore))
+    if len(kept) == len(rules) and all(reachable) and len(used_terms) == len(grammar.terminals):
+        # nothing dropped: every symbol keeps its number (the common case, worth skipping the renumbering)
+        return grammar if ignore == grammar.ignore else replace(grammar, ignore=ignore)
     term_map = {old: new for new, old in enumerate(sorted(used_terms))}
     nt_map = {old: new for new, old in enumerate(i for i, ok in enumerate(reachable) if ok)}
 

@@ -30,8 +30,10 @@ from tooldec.grammar.strings import (
     normalize_ranges,
 )
 
-_FLAGS = {"i": re.IGNORECASE, "s": re.DOTALL}
-_SUPPORTED = re.IGNORECASE | re.DOTALL | re.UNICODE  # UNICODE is implied for every str pattern
+# plain ints, not RegexFlag: each operation on an enum flag builds a new one in Python (1 µs per character)
+_FLAGS = {"i": int(re.IGNORECASE), "s": int(re.DOTALL)}
+_SUPPORTED = int(re.IGNORECASE | re.DOTALL | re.UNICODE)  # UNICODE is implied for every str pattern
+_CHAR_FLAGS = int(re.IGNORECASE | re.DOTALL)  # the flags that change what one character matches
 _BEGIN = (C.AT_BEGINNING, C.AT_BEGINNING_STRING)
 _END = (C.AT_END, C.AT_END_STRING)
 _CHAR_OPS = (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN)
@@ -128,7 +130,7 @@ class _Converter:
 
     def sequence(self, items: list[tuple[object, object]], flags: int, at_start: bool, at_end: bool) -> Node:
         """A concatenation; anchors at the lexeme's edges hold on every whole-lexeme match, so they drop."""
-        items = list(items)
+        items = list(getattr(items, "data", items))  # a SubPattern's own list: no __getitem__ call per item
         while at_start and items and items[0][0] is C.AT and items[0][1] in _BEGIN:
             items.pop(0)
         while at_end and items and items[-1][0] is C.AT and items[-1][1] in _END:
@@ -140,7 +142,7 @@ class _Converter:
     def item(self, op: object, av: Any, flags: int, at_start: bool, at_end: bool) -> Node:
         """One parsed element under the flags in force there."""
         if op in _CHAR_OPS:
-            return _raw_utf8_ir(_char_ranges(op, _frozen(av), flags & (re.IGNORECASE | re.DOTALL)))
+            return _raw_utf8_ir(_char_ranges(op, _frozen(av), flags & _CHAR_FLAGS))
         if op is C.SUBPATTERN:
             _group, add_flags, del_flags, sub = av
             if (add_flags | del_flags) & ~_SUPPORTED:
@@ -251,4 +253,4 @@ def literal_ir(text: str, flags: Iterable[str] = (), *, name: str) -> Node:
         data = text.encode("utf-8")
     except UnicodeEncodeError:
         raise GrammarError(f"terminal {name}: the literal {text!r} holds a lone surrogate (no UTF-8 form)") from None
-    return _checked(lit(data) if data else EMPTY, name, repr(text))
+    return lit(data) if data else _checked(EMPTY, name, repr(text))  # bytes: neither empty nor matching nothing
