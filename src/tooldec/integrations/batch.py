@@ -400,8 +400,8 @@ class PolicyBatch:
 
     def add(self, row: int, extra_args: Mapping[str, Any] | None, output: Sequence[int]) -> None:
         """A request took `row` (replacing whatever was there). `output` is the engine's live list of its
-        generated tokens (non-empty when a preempted request comes back); requests without tools or a grammar
-        are not guided."""
+        generated tokens (non-empty when a preempted request comes back); requests without tools or a grammar,
+        and those whose policy never masks, are not guided (they cost nothing per step)."""
         self.rows.pop(row, None)
         request: ToolRequest | GrammarRequest | OutputRequest | None
         try:
@@ -418,6 +418,8 @@ class PolicyBatch:
             self.log.error("tooldec: cannot compile the tools or grammar of the request at row %d, ending it: %s",
                            row, exc)
             policy = _EosOnly(self.factory.prepared.eos_mask)
+        if isinstance(policy, FreeController):  # it never masks (python calls, tool_choice none): nothing to feed
+            return
         self.rows[row] = _Row(request, policy, output)
 
     def move(self, a: int, b: int, *, swap: bool) -> None:
