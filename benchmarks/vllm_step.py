@@ -227,6 +227,8 @@ def main() -> None:
     p.add_argument("--shared", default=os.environ.get("TOOLDEC_SHARED", str(ROOT.parent.parent / "shared")))
     p.add_argument("--out", default=str(ROOT / "results"))
     p.add_argument("--name", default="vllm_step")
+    p.add_argument("--append", action="store_true",
+                   help="add these rounds to the results file's (same setups), numbered after them")
     args = p.parse_args()
     if args.summarise:
         print(profile_text(summarise(args.summarise)))
@@ -248,8 +250,10 @@ def main() -> None:
         model = str(convert_gguf(fetch_model("smollm2")))
     items = list(load_bfcl("simple", args.shared).items[: args.entries])
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    results: list[dict[str, Any]] = []
-    for round_no in range(args.rounds):
+    target = Path(args.out) / f"{args.name}.json"
+    results: list[dict[str, Any]] = json.loads(target.read_text())["results"] if args.append else []
+    first = 1 + max((r["round"] for r in results), default=-1)
+    for round_no in range(first, first + args.rounds):
         order = list(setups) if round_no % 2 == 0 else list(reversed(setups))
         for label in order:
             python, config = setups[label]
@@ -262,7 +266,7 @@ def main() -> None:
     }
     for r in results:
         r.pop("records", None)
-    (Path(args.out) / f"{args.name}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    target.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (Path(args.out) / f"{args.name}.md").write_text(markdown(results, meta))
     print(markdown(results, meta))
 
