@@ -59,12 +59,13 @@ without it); its tool is not among the entry's, so a guided call cannot copy it.
 
 def run_requests(
     url: str, model: str, items: list[Any], *, concurrency: int, max_tokens: int, tool_choice: str = "auto",
-    few_shot: bool = False,
+    few_shot: bool = False, timeout: float = 1800.0,
 ) -> dict[str, Any]:
-    """Send every item once (greedy) and score the answers."""
+    """Send every item once (greedy) and score the answers; a request with no answer within `timeout` seconds is
+    an HTTP error."""
     from openai import OpenAI
 
-    client = OpenAI(base_url=url, api_key="unused", timeout=1800, max_retries=0)
+    client = OpenAI(base_url=url, api_key="unused", timeout=timeout, max_retries=0)
 
     def one(item: Any) -> dict[str, Any]:
         specs = from_openai_tools(item.functions)

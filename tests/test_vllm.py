@@ -420,6 +420,20 @@ def test_malformed_payload_in_the_engine_is_not_guided(factory: PolicyFactory) -
     assert len(batch) == 0
 
 
+def test_a_row_whose_policy_never_masks_is_not_kept(factory: PolicyFactory) -> None:
+    """Python calls with tool_choice none get a FreeController: nothing to feed or mask, so no row is kept."""
+    from tooldec.decoding import FreeController
+
+    request = ToolRequest.from_payload(tool_payload(TOOLS, "none", syntax="python")[PAYLOAD_KEY])
+    assert isinstance(factory.policy(request), FreeController)
+    batch = PolicyBatch(factory)
+    apply_update(batch, Update(added=[(0, tooled("none", syntax="python"), [1], [5, 6]),
+                                      (1, tooled("required"), [1], [])]))
+    assert list(batch.rows) == [1]
+    mask = masked(batch, 2)
+    assert mask[0].all() and not mask[1].all()
+
+
 def test_rows_past_the_logits_are_skipped(factory: PolicyFactory) -> None:
     batch = PolicyBatch(factory)
     apply_update(batch, Update(added=[(5, tooled("required"), [1], [])]))

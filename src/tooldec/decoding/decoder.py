@@ -25,11 +25,10 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from tooldec import _core
 from tooldec.decoding.controller import CallEvent, Policy
 from tooldec.decoding.kv_cache import GrowingCache, cache_keyword, returned_cache
 from tooldec.decoding.prefix import PromptPrefix
-from tooldec.decoding.sampling import SamplingParams, apply_token_bitmask_inplace, sample_token
+from tooldec.decoding.sampling import SamplingParams, mask_rows, sample_token
 from tooldec.decoding.shared_attention import enable as enable_shared_attention
 from tooldec.decoding.shared_attention import suffix_mask
 from tooldec.vocab import Vocabulary
@@ -261,19 +260,6 @@ class Decoder:
                 pending.append(token)
                 gen.forced_tokens += 1
                 self._feed(row, ctrl, gen, token, pending, on_call, on_token)
-
-
-def mask_rows(policies: Sequence[Controller], logits: torch.Tensor, bitmask: np.ndarray, rows: Sequence[int]) -> None:
-    """Ban what each policy disallows: policy i's packed mask into row `rows[i]` of `bitmask` (one call of the
-    compiled core for the batch), then applied in place to the same row of `logits` (one kernel). Rows whose
-    policy allows every token (free text, text mode with no trigger to watch) are left out of both."""
-    sources = [p.mask_source() for p in policies]
-    masked = [k for k, source in enumerate(sources) if source is not None]
-    if not masked:
-        return
-    which = np.asarray([rows[k] for k in masked], dtype=np.int32)
-    _core.fill_bitmasks(bitmask, [sources[k] for k in masked], which, 1)
-    apply_token_bitmask_inplace(logits, bitmask, which)
 
 
 STEP_OVERHEAD_TOKENS = 16

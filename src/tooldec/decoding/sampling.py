@@ -7,12 +7,16 @@ import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
 
 from tooldec import _core
 from tooldec.decoding.gpu_apply import apply_on_gpu
+
+if TYPE_CHECKING:
+    from tooldec.decoding.controller import MaskSource
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,29 @@ def apply_token_bitmask_inplace(
     if gpu and apply_on_gpu(logits, words.contiguous(), indices):
         return
     apply_with_torch_ops(logits, words, indices)
+
+
+class Masking(Protocol):
+    """What `mask_rows` needs of a row's policy: where its mask comes from."""
+
+    def mask_source(self) -> MaskSource: ...
+
+
+def mask_rows(policies: Sequence[Masking], logits: torch.Tensor, bitmask: np.ndarray, rows: Sequence[int]) -> None:
+    """Ban what each policy disallows: policy i's packed mask into row `rows[i]` of `bitmask` (one call of the
+    compiled core for the batch), then applied in place to the same row of `logits` (one kernel). Rows whose
+    policy allows every token (free text, text mode with no trigger to watch) are left out of both."""
+    sources = []
+    which = []
+    for policy, row in zip(policies, rows):
+        source = policy.mask_source()
+        if source is not None:
+            sources.append(source)
+            which.append(row)
+    if not sources:
+        return
+    _core.fill_bitmasks(bitmask, sources, np.asarray(which, dtype=np.int32), 1)
+    apply_token_bitmask_inplace(logits, bitmask, which)
 
 
 def apply_with_torch_ops(logits: torch.Tensor, words: torch.Tensor, indices: Sequence[int] | None = None) -> None:

@@ -25,8 +25,9 @@ compiled tool sets and grammars are cached) through the chat layer's one builder
 tool parser, which names them by `name_aliases`).
 `PolicyBatch` keeps one policy per batch row and
 follows the engine's batch updates (removed, then added, then moved); before each sampling step it feeds every
-row the tokens generated since the last step, fills all rows' packed masks in one call of the compiled core
-(`fill_bitmasks`) and applies them in place (`apply_token_bitmask_inplace`). A row added at an index always
+row the tokens generated since the last step, then fills the packed masks of the rows that mask something in one
+call of the compiled core and applies them in place (`tooldec.decoding.sampling.mask_rows`, as tooldec's own loops
+do). A row added at an index always
 replaces what was there, so no state leaks from one request to the next one in the same slot.
 """
 
@@ -52,7 +53,7 @@ from tooldec.chat import (
 )
 from tooldec.chat.policy import resolve_tool_choice
 from tooldec.compiler import Compiler
-from tooldec.decoding.controller import CallController, FreeController, MaskSource, fill_bitmasks
+from tooldec.decoding.controller import CallController, FreeController, MaskSource
 from tooldec.errors import GrammarError, TokenRejectedError, ToolDecError
 from tooldec.grammar.calls import LAYOUTS
 from tooldec.grammar.cfg import load_grammar, sniff_syntax
@@ -399,8 +400,8 @@ class PolicyBatch:
 
     def add(self, row: int, extra_args: Mapping[str, Any] | None, output: Sequence[int]) -> None:
         """A request took `row` (replacing whatever was there). `output` is the engine's live list of its
-        generated tokens (non-empty when a preempted request comes back); requests without tools or a grammar
-        are not guided."""
+        generated tokens (non-empty when a preempted request comes back); requests without tools or a grammar,
+        and those whose policy never masks, are not guided (they cost nothing per step)."""
         self.rows.pop(row, None)
         request: ToolRequest | GrammarRequest | OutputRequest | None
         try:
@@ -417,6 +418,8 @@ class PolicyBatch:
             self.log.error("tooldec: cannot compile the tools or grammar of the request at row %d, ending it: %s",
                            row, exc)
             policy = _EosOnly(self.factory.prepared.eos_mask)
+        if isinstance(policy, FreeController):  # it never masks (python calls, tool_choice none): nothing to feed
+            return
         self.rows[row] = _Row(request, policy, output)
 
     def move(self, a: int, b: int, *, swap: bool) -> None:
@@ -474,27 +477,18 @@ class PolicyBatch:
                     break
                 row.seen += 1
 
-    def fill(self, out: np.ndarray) -> list[int]:
-        """Write the packed mask of every guided row into its row of `out` (`int32[B, W]`, rows past B are
-        skipped); returns the rows written."""
-        rows = [i for i, r in self.rows.items() if not r.off and i < out.shape[0]]
-        if rows:
-            fill_bitmasks([self.rows[i].policy for i in rows], out, rows)  # type: ignore[misc]
-        return rows
-
     def apply(self, logits: Any) -> Any:
-        """Sync, then mask the guided rows of the `[B, V]` logits in place (C++ for float32 CPU tensors, torch
-        ops on other devices); returns `logits`."""
+        """Sync, then mask the guided rows of the `[B, V]` logits in place (`mask_rows`: one fill of the compiled
+        core, one kernel; rows whose policy masks nothing, and rows past B, are left out); returns `logits`."""
         if not self.rows:
             return logits
         self.sync()
         batch = logits.shape[0]
-        if self._buffer.shape[0] < batch:
-            self._buffer = np.zeros((max(batch, 2 * self._buffer.shape[0]), self._buffer.shape[1]), np.int32)
-        out = self._buffer[:batch]
-        rows = self.fill(out)
+        rows = [i for i, r in self.rows.items() if not r.off and i < batch]
         if rows:
-            from tooldec.decoding.sampling import apply_token_bitmask_inplace
+            from tooldec.decoding.sampling import mask_rows
 
-            apply_token_bitmask_inplace(logits, out, rows)
+            if self._buffer.shape[0] < batch:
+                self._buffer = np.zeros((max(batch, 2 * self._buffer.shape[0]), self._buffer.shape[1]), np.int32)
+            mask_rows([self.rows[i].policy for i in rows], logits, self._buffer[:batch], rows)
         return logits
