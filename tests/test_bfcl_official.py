@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,11 @@ from tooldec.eval import data as datasets
 from tooldec.eval.bfcl import check_entry
 from tooldec.eval.bfcl_official import AST_CATEGORIES, available, official_accuracy, official_verdicts
 
-pytestmark = pytest.mark.skipif(not available(), reason="bfcl-eval is not installed in its environment")
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+SHARED = Path(os.environ.get("TOOLDEC_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
+pytestmark = [
+    pytest.mark.skipif(not available(), reason="bfcl-eval is not installed in its environment"),
+    pytest.mark.skipif(not (SHARED / "data" / "bfcl").is_dir(), reason=f"no BFCL data in {SHARED} (set TOOLDEC_SHARED)"),
+]
 CATEGORIES = ("simple", "multiple", "parallel", "parallel_multiple")
 RUNS = Path(__file__).resolve().parents[1] / "docs" / "results" / "runs"
 def _pick(options: list[Any], which: int) -> tuple[bool, Any]:
