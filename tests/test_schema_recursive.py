@@ -12,6 +12,7 @@ import random
 from typing import Any
 
 import jsonschema
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from tooldec.conformance import feed
 from tooldec.errors import UnsupportedSchemaError
 from tooldec.grammar.ir import call, lit, seq
 from tooldec.grammar.schema import SchemaCompiler
+from tooldec.index import PreparedVocab
 from tooldec.sample import random_walk
 from tooldec.vocab import Vocabulary
 
@@ -256,3 +258,39 @@ def test_recursion_cut_inside_an_intersection_is_refused_not_called_empty(bytele
     with pytest.raises(UnsupportedSchemaError, match="recursion") as info:
         compiler.compile_schema(schema, use_cache=False)
     assert info.value.keyword == "$ref"
+
+
+def _masks(grammar: CompiledCfg, tokens: list[int], size: int, *, brute: bool = False) -> list[bytes]:
+    """The guide's packed mask before each token of `tokens` and after the last; with `brute`, each checked
+    against `accepts` of every token."""
+    guide, out, masks = grammar.guide(), np.zeros((1, (size + 31) // 32), np.int32), []
+    for token in [*tokens, None]:
+        guide.fill_bitmask(out, 0)
+        masks.append(out.tobytes())
+        if brute:
+            bits = np.unpackbits(out.view(np.uint8), bitorder="little")[:size].astype(bool)
+            assert [guide.accepts(t) for t in range(size)] == bits.tolist(), guide.text()
+        if token is not None:
+            guide.advance(token)
+    return masks
+
+
+@settings(max_examples=25, deadline=None)
+@given(keys=st.lists(st.text("abcdefgh_", min_size=1, max_size=6), min_size=1, max_size=5, unique=True),
+       free=st.text("abcxyz \\\"é", min_size=1, max_size=8))
+def test_lexeme_walks_shared_across_grammars_mask_as_fresh_ones(
+    bytelevel_vocab: Vocabulary, keys: list[str], free: str
+) -> None:
+    """An open object's keys (literal keys beside any key) walked through the vocabulary's shared lexeme walks
+    (another grammar's, and walks patched from a string's contents) give the masks a fresh vocabulary gives."""
+    warm = Compiler(PreparedVocab(bytelevel_vocab))
+    warm.compile_schema({"type": "object", "properties": {"zz": {"type": "string"}}}, use_cache=False).guide()
+    first = warm.compile_schema(OPEN_OBJECT, use_cache=False)
+    _masks(first, bytelevel_vocab.encode('{"id": 1, "k": "v"}'), bytelevel_vocab.size)
+    assert warm.prepared.core.shared_lexeme_walks > 0
+    schema = {"type": "object", "properties": {k: {"type": "integer"} for k in keys}, "additionalProperties": True}
+    value = {**{k: 1 for k in keys}, "~" + free: free}
+    tokens = bytelevel_vocab.encode(text_of(value))
+    shared = warm.compile_schema(schema, use_cache=False)
+    fresh = Compiler(PreparedVocab(bytelevel_vocab)).compile_schema(schema, use_cache=False)
+    assert _masks(shared, tokens, bytelevel_vocab.size, brute=True) == _masks(fresh, tokens, bytelevel_vocab.size)

@@ -468,6 +468,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("words", &Vocab::words)
       .def_property_readonly("num_nodes", &Vocab::num_nodes)
       .def_property_readonly("shared_regions", &Vocab::shared_regions)
+      .def_property_readonly("shared_lexeme_walks", &Vocab::shared_lexeme_walks)
       .def_property_readonly("pinned_regions", &Vocab::pinned_regions);
   py::class_<Index>(m, "Index")
       .def(py::init(&make_index), py::arg("vocab"), py::arg("trans"), py::arg("classes"), py::arg("accepting"),

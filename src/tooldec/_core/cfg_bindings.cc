@@ -61,13 +61,21 @@ TerminalDfa read_terminal(const py::handle& h, size_t index, std::vector<int64_t
     if (tr[i] < 0 || tr[i] >= n) throw std::invalid_argument(name + ": a transition outside the DFA");
   TerminalDfa d;
   d.n = static_cast<int32_t>(n);
+  d.n_classes = static_cast<int32_t>(nc);
   d.start = static_cast<int32_t>(start);
   d.trans.assign(static_cast<size_t>(n) * 256, 0);
   d.accepting.assign(n, 0);
   d.classes.assign(cl, cl + 256);
+  d.out_ptr.assign(static_cast<size_t>(n) + 1, 0);
   for (int64_t s = 1; s < n; ++s) {
     d.accepting[s] = accepting.data()[s] ? 1 : 0;
     for (int b = 0; b < 256; ++b) d.trans[static_cast<size_t>(s) * 256 + b] = tr[s * nc + cl[b]];
+    for (int64_t c = 0; c < nc; ++c)
+      if (tr[s * nc + c] != 0) {
+        d.out_class.push_back(static_cast<int32_t>(c));
+        d.out_to.push_back(tr[s * nc + c]);
+      }
+    d.out_ptr[s + 1] = static_cast<int32_t>(d.out_to.size());
   }
   // fewest bytes to acceptance, backwards breadth first
   std::vector<std::vector<int32_t>> rev(n);

@@ -4,7 +4,8 @@
 // the terminals it ends (priorities, literals before patterns). Per lexer-state shape (its live terminals and
 // their DFA states, alike across termsets) a lexeme walk of the vocabulary trie is kept: the tokens that stay
 // inside the lexeme, and the trie nodes where a lexeme ends and the next begins (the exits), which the matcher
-// finishes through the parser.
+// finishes through the parser. The walk itself is the vocabulary's, shared by every grammar with a state of the
+// same byte-level shape (walk_key), its exit classes mapped to this grammar's.
 //
 // Everything here is immutable after construction except the lexers and walks, which are built lazily under a
 // mutex and never freed while the grammar lives (their number is bounded by the grammar, not by the input).
@@ -22,6 +23,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common.h"
+#include "vocab.h"
+
 namespace tooldec::cfg {
 
 // A grammar the engine cannot guide within its bounds (too many lexer states, Earley items, ...).
@@ -38,7 +42,9 @@ struct TerminalDfa {
   std::vector<int32_t> trans;  // n * 256
   std::vector<uint8_t> classes;  // 256: bytes of one class lead alike from every state
   std::vector<uint8_t> accepting;
-  int32_t start = 1, n = 0;
+  // the live transitions by class: state q's are out_class/out_to[out_ptr[q] .. out_ptr[q + 1])
+  std::vector<int32_t> out_ptr, out_class, out_to;
+  int32_t start = 1, n = 0, n_classes = 0;
 };
 
 // The lexer of one termset: the product of its terminals' DFAs, dense over bytes. State 0 is dead, 1 the start.
@@ -47,10 +53,13 @@ struct Lexer {
   std::vector<int32_t> trans;        // n * 256
   std::vector<int32_t> accept_class;  // per state: the class of terminals a lexeme ending here is, or NO_CLASS
   std::vector<int32_t> width;        // per state: live bytes
-  std::vector<int32_t> tuples;       // per state, each terminal's DFA state (n * terminals.size())
+  // per state, its live terminals (indexes into `terminals`) and their DFA states:
+  // tuple_term/tuple_state[tuple_ptr[q] .. tuple_ptr[q + 1])
+  std::vector<int32_t> tuple_ptr, tuple_term, tuple_state;
   std::vector<std::array<uint64_t, 4>> loop;  // per state: the bytes that lead back to it
   std::vector<int32_t> shape;        // per state: the id of its live (terminal, DFA state) pairs, grammar-wide
   int32_t n = 0;
+  int32_t live(int32_t q) const { return tuple_ptr[q + 1] - tuple_ptr[q]; }
   int32_t step(int32_t q, uint8_t b) const { return trans[static_cast<size_t>(q) * 256 + b]; }
   // Whether every byte in `bytes` keeps state q in place (then a trie subtree of those bytes stays in q).
   bool keeps(int32_t q, const std::array<uint64_t, 4>& bytes) const {
@@ -59,15 +68,52 @@ struct Lexer {
   }
 };
 
-// The vocabulary walk of one lexer state: tokens that stay inside the lexeme (packed), and the exits.
-struct LexemeWalk {
-  std::vector<uint32_t> inside;  // W words, or empty when no token stays inside
-  // trie nodes whose byte starts the next lexeme, and the class of the lexeme ended there, sorted by (class,
-  // node's byte, node)
-  std::vector<int32_t> exit_node, exit_class;
-  // the exits in runs of one (class, byte): run r is exit_node[run_begin[r] .. run_begin[r + 1])
-  std::vector<int32_t> run_begin;
+// A lexer state's walk: the vocabulary's walk of its shape, and the grammar's lexeme class of each class number
+// the walk's exits use (classes[n]; negative numbers, IGNORE_CLASS, are the same in both).
+struct StateWalk {
+  std::shared_ptr<const LexemeWalk> walk;
+  std::vector<int32_t> classes;
+  int32_t lexeme_class(int32_t n) const { return n < 0 ? n : classes[n]; }
 };
+
+// The shape of lexer state q as the vocabulary sees it, comparable across lexers and grammars: its reachable
+// states breadth first (bytes ascending), each as its class number (NO_CLASS, IGNORE_CLASS, or numbered by first
+// appearance) and its transitions as runs (first byte, state number; 0 dead), then 256. `classes` gets the lexeme
+// class of each number. Empty when more than MAX_SHARED_LEXEME_STATES states are reachable.
+inline std::vector<int32_t> walk_key(const Lexer& lx, int32_t q, std::vector<int32_t>& classes) {
+  std::vector<int32_t> key, queue{q}, number(static_cast<size_t>(lx.n), 0);
+  std::unordered_map<int32_t, int32_t> class_number;
+  number[q] = 1;
+  classes.clear();
+  for (size_t i = 0; i < queue.size(); ++i) {
+    const int32_t s = queue[i];
+    const int32_t c = lx.accept_class[s];
+    if (c < 0) {
+      key.push_back(c);
+    } else {
+      auto [it, fresh] = class_number.emplace(c, static_cast<int32_t>(classes.size()));
+      if (fresh) classes.push_back(c);
+      key.push_back(it->second);
+    }
+    int32_t last = -1;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t t = lx.step(s, static_cast<uint8_t>(b));
+      if (t != 0 && number[t] == 0) {
+        if (queue.size() >= MAX_SHARED_LEXEME_STATES) return {};
+        queue.push_back(t);
+        number[t] = static_cast<int32_t>(queue.size());
+      }
+      const int32_t id = t == 0 ? 0 : number[t];
+      if (id != last) {
+        key.push_back(b);
+        key.push_back(id);
+        last = id;
+      }
+    }
+    key.push_back(256);
+  }
+  return key;
+}
 
 class Grammar {
  public:
@@ -175,12 +221,12 @@ class Grammar {
   // The cached walk of a lexer state's shape (its live terminals and their states: states of different termsets
   // with one shape walk alike, such as a string's contents wherever a string may stand), or null (then the
   // caller computes and offers one).
-  std::shared_ptr<const LexemeWalk> walk(int32_t shape) {
+  std::shared_ptr<const StateWalk> walk(int32_t shape) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = walks_.find(shape);
     return it == walks_.end() ? nullptr : it->second;
   }
-  std::shared_ptr<const LexemeWalk> offer_walk(int32_t shape, std::shared_ptr<const LexemeWalk> w) {
+  std::shared_ptr<const StateWalk> offer_walk(int32_t shape, std::shared_ptr<const StateWalk> w) {
     std::lock_guard<std::mutex> lock(mutex_);
     return walks_.emplace(shape, std::move(w)).first->second;  // the first offered wins
   }
@@ -195,21 +241,13 @@ class Grammar {
   }
 
  private:
-  struct VecHash {
-    size_t operator()(const std::vector<int32_t>& v) const {
-      uint64_t h = 1469598103934665603ULL;
-      for (int32_t x : v) h = (h ^ static_cast<uint32_t>(x)) * 1099511628211ULL;
-      return static_cast<size_t>(h);
-    }
-  };
-
-  // The class a lexeme ending in the component states `tuple` is: the accepting terminals, kept to the highest
-  // priority and to the literals among them where there are any (Lark's rules); IGNORE_CLASS when only ignored
-  // terminals end here; NO_CLASS when none does. Caller holds the mutex.
-  int32_t resolve(const std::vector<int32_t>& terms, const std::vector<int32_t>& tuple) {
+  // The class a lexeme ending in a state with the live (terminal, DFA state) pairs `live` is: the accepting
+  // terminals, kept to the highest priority and to the literals among them where there are any (Lark's rules);
+  // IGNORE_CLASS when only ignored terminals end here; NO_CLASS when none does. Caller holds the mutex.
+  int32_t resolve(const std::vector<int32_t>& live) {
     std::vector<int32_t> acc, kept;
-    for (size_t i = 0; i < terms.size(); ++i)
-      if (tuple[i] != 0 && terms_[terms[i]].accepting[tuple[i]]) acc.push_back(terms[i]);
+    for (size_t j = 0; j < live.size(); j += 2)
+      if (terms_[live[j]].accepting[live[j + 1]]) acc.push_back(live[j]);
     if (acc.empty()) return NO_CLASS;
     for (int32_t t : acc)
       if (!is_ignore_[t]) kept.push_back(t);
@@ -230,84 +268,131 @@ class Grammar {
   }
 
   // The product of the termset's DFAs, breadth first over the reachable tuples, one transition per byte class
-  // of the termset (bytes every terminal treats alike). A tuple's last entry marks the start, so that no byte
-  // leads back to it: the start state means "no byte of a lexeme read yet". Caller holds the mutex.
+  // of the termset (bytes every terminal treats alike). A tuple is kept sparse, its live (terminal index, state)
+  // pairs after a start mark, and a state's successors are gathered from its live terminals' live transitions
+  // only: a state costs what can follow it, not termset size times classes (a termset of a thousand enum
+  // literals has a thousand live terminals at its start and one or two a few bytes on). The mark makes the start
+  // state distinct: no byte leads back to it, it means "no byte of a lexeme read yet". Caller holds the mutex.
   void build_lexer(Lexer& lx) {
     const std::vector<int32_t>& terms = lx.terminals;
     const size_t k = terms.size();
     std::vector<int32_t> cls(256, 0), reps;
     {
-      int32_t n_cls = 1;
-      for (int32_t t : terms) {  // refine by each terminal's classes
-        std::unordered_map<int32_t, int32_t> split;
+      // refine the byte partition by each terminal's classes; seen[old class * 256 + terminal's class] is the
+      // new class (only the entries set are reset, so the table is allocated once per thread)
+      thread_local std::vector<int32_t> seen(256 * 256, -1);  // all -1 between builds
+      std::vector<int32_t> touched;
+      touched.reserve(256);
+      for (int32_t t : terms) {
+        const uint8_t* tc = terms_[t].classes.data();
         int32_t next_id = 0;
         for (int b = 0; b < 256; ++b) {
-          const int32_t key = cls[b] * 256 + terms_[t].classes[b];
-          auto it = split.emplace(key, next_id).first;
-          if (it->second == next_id) ++next_id;
-          cls[b] = it->second;
+          const int32_t key = cls[b] * 256 + tc[b];
+          if (seen[key] < 0) {
+            seen[key] = next_id++;
+            touched.push_back(key);
+          }
+          cls[b] = seen[key];
         }
-        n_cls = next_id;
+        for (int32_t key : touched) seen[key] = -1;
+        touched.clear();
       }
-      reps.assign(n_cls, -1);
-      for (int b = 0; b < 256; ++b)
+      for (int b = 0; b < 256; ++b) {
+        if (cls[b] >= static_cast<int32_t>(reps.size())) reps.resize(cls[b] + 1, -1);
         if (reps[cls[b]] < 0) reps[cls[b]] = b;
+      }
     }
-    std::unordered_map<std::vector<int32_t>, int32_t, VecHash> ids;
+    const size_t n_cls = reps.size();
+    // per terminal (index i), its classes' lexer classes: of_ptr[i] + its class c -> lexer classes
+    // of_cls[of_at[of_ptr[i] + c] .. of_at[of_ptr[i] + c + 1])
+    std::vector<int32_t> of_ptr(k + 1, 0), of_at, of_cls;
+    for (size_t i = 0; i < k; ++i) of_ptr[i + 1] = of_ptr[i] + terms_[terms[i]].n_classes;
+    of_at.assign(static_cast<size_t>(of_ptr[k]) + 1, 0);
+    for (size_t i = 0; i < k; ++i)
+      for (size_t c = 0; c < n_cls; ++c) ++of_at[of_ptr[i] + terms_[terms[i]].classes[reps[c]] + 1];
+    for (size_t j = 1; j < of_at.size(); ++j) of_at[j] += of_at[j - 1];
+    of_cls.assign(static_cast<size_t>(of_at.back()), 0);
+    {
+      std::vector<int32_t> fill(of_at.begin(), of_at.end() - 1);
+      for (size_t i = 0; i < k; ++i)
+        for (size_t c = 0; c < n_cls; ++c)
+          of_cls[fill[of_ptr[i] + terms_[terms[i]].classes[reps[c]]]++] = static_cast<int32_t>(c);
+    }
+    std::unordered_map<std::vector<int32_t>, int32_t, SigHash> ids;
     std::vector<std::vector<int32_t>> order;
-    std::vector<int32_t> dead(k + 1, 0), start(k + 1, 1);
-    for (size_t i = 0; i < k; ++i) start[i] = terms_[terms[i]].start;
+    std::vector<int32_t> dead{0}, start{1};
+    for (size_t i = 0; i < k; ++i) {
+      start.push_back(static_cast<int32_t>(i));
+      start.push_back(terms_[terms[i]].start);
+    }
     ids.emplace(dead, 0);
     order.push_back(dead);
     ids.emplace(start, 1);
     order.push_back(start);
     lx.trans.assign(2 * 256, 0);
-    std::vector<int32_t> next(k + 1, 0), row(reps.size());
+    std::vector<std::vector<int32_t>> next(n_cls);
+    std::vector<int32_t> row(n_cls), used;
     for (size_t s = 1; s < order.size(); ++s) {
-      for (size_t c = 0; c < reps.size(); ++c) {
-        const int b = reps[c];
-        bool any = false;
-        for (size_t i = 0; i < k; ++i) {
-          const int32_t q = order[s][i];
-          next[i] = q == 0 ? 0 : terms_[terms[i]].trans[static_cast<size_t>(q) * 256 + b];
-          any |= next[i] != 0;
+      for (size_t j = 1; j < order[s].size(); j += 2) {  // each live terminal's live classes, in terminal order
+        const int32_t i = order[s][j];
+        const TerminalDfa& d = terms_[terms[i]];
+        const int32_t q = order[s][j + 1];
+        for (int32_t o = d.out_ptr[q]; o < d.out_ptr[q + 1]; ++o) {
+          const int32_t at = of_ptr[i] + d.out_class[o];
+          for (int32_t x = of_at[at]; x < of_at[at + 1]; ++x) {
+            std::vector<int32_t>& nx = next[of_cls[x]];
+            if (nx.empty()) {
+              used.push_back(of_cls[x]);
+              nx.push_back(0);
+            }
+            nx.push_back(i);
+            nx.push_back(d.out_to[o]);
+          }
         }
-        row[c] = 0;
-        if (!any) continue;
-        auto [it, fresh] = ids.emplace(next, static_cast<int32_t>(order.size()));
+      }
+      std::fill(row.begin(), row.end(), 0);
+      std::sort(used.begin(), used.end());  // new states numbered in class order, as a dense product would
+      for (int32_t c : used) {
+        auto [it, fresh] = ids.emplace(next[c], static_cast<int32_t>(order.size()));
         if (fresh) {
           if (it->second >= MAX_LEXER_STATES)
             throw GrammarTooLarge("the lexer of " + std::to_string(k) + " terminals would exceed " +
                                   std::to_string(MAX_LEXER_STATES) + " states");
-          order.push_back(next);
-          lx.trans.resize(order.size() * 256, 0);
+          order.push_back(next[c]);
         }
         row[c] = it->second;
+        next[c].clear();
       }
+      used.clear();
+      lx.trans.resize(order.size() * 256, 0);
       int32_t* dst = lx.trans.data() + s * 256;
       for (int b = 0; b < 256; ++b) dst[b] = row[cls[b]];
     }
     lx.n = static_cast<int32_t>(order.size());
     lx.accept_class.assign(lx.n, NO_CLASS);
     lx.width.assign(lx.n, 0);
-    lx.tuples.assign(static_cast<size_t>(lx.n) * k, 0);
+    lx.tuple_ptr.assign(static_cast<size_t>(lx.n) + 1, 0);
+    lx.tuple_term.clear();
+    lx.tuple_state.clear();
     lx.loop.assign(lx.n, {0, 0, 0, 0});
     lx.shape.assign(lx.n, -1);
     std::vector<int32_t> live;
     for (int32_t s = 1; s < lx.n; ++s) {
-      std::copy(order[s].begin(), order[s].begin() + static_cast<std::ptrdiff_t>(k), lx.tuples.begin() + static_cast<std::ptrdiff_t>(s * k));
-      if (s > 1) lx.accept_class[s] = resolve(terms, order[s]);
+      const std::vector<int32_t>& cur = order[s];
+      live.clear();
+      for (size_t j = 1; j < cur.size(); j += 2) {
+        lx.tuple_term.push_back(cur[j]);
+        lx.tuple_state.push_back(cur[j + 1]);
+        live.push_back(terms[cur[j]]);
+        live.push_back(cur[j + 1]);
+      }
+      lx.tuple_ptr[s + 1] = static_cast<int32_t>(lx.tuple_term.size());
+      if (s > 1) lx.accept_class[s] = resolve(live);
       const int32_t* r = lx.trans.data() + static_cast<size_t>(s) * 256;
       for (int b = 0; b < 256; ++b) {
         lx.width[s] += r[b] != 0;
         if (r[b] == s) lx.loop[s][b >> 6] |= 1ULL << (b & 63);
       }
-      live.clear();
-      for (size_t i = 0; i < k; ++i)
-        if (order[s][i] != 0) {
-          live.push_back(terms[i]);
-          live.push_back(order[s][i]);
-        }
       lx.shape[s] = shape_ids_.emplace(live, static_cast<int32_t>(shape_ids_.size())).first->second;
     }
   }
@@ -327,13 +412,13 @@ class Grammar {
   int32_t aug_start_ = 0;
 
   mutable std::mutex mutex_;
-  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> termset_ids_;
+  std::unordered_map<std::vector<int32_t>, int32_t, SigHash> termset_ids_;
   std::vector<std::unique_ptr<Lexer>> lexers_;
   std::vector<uint8_t> built_;
   std::map<std::vector<int32_t>, int32_t> class_ids_;
   std::vector<std::vector<int32_t>> classes_;
-  std::unordered_map<std::vector<int32_t>, int32_t, VecHash> shape_ids_;
-  std::unordered_map<int32_t, std::shared_ptr<const LexemeWalk>> walks_;
+  std::unordered_map<std::vector<int32_t>, int32_t, SigHash> shape_ids_;
+  std::unordered_map<int32_t, std::shared_ptr<const StateWalk>> walks_;
 };
 
 }  // namespace tooldec::cfg

@@ -4,8 +4,9 @@
 // state has no way on ends at once.
 //
 // A step's mask is the union of two parts. The tokens that stay inside the lexeme depend on the lexer state
-// only: one walk of the vocabulary trie per (termset, lexer state), kept by the grammar (the Outlines index,
-// per lexer state). The tokens that cross a lexeme boundary start at the walk's exits: each exit's lexeme goes
+// only: one walk of the vocabulary trie per lexer-state shape, kept by the grammar (the Outlines index, per
+// lexer state) and by the vocabulary for every grammar over it (a JSON string's contents are walked once per
+// process), and patched from a like state's walk where most first bytes lead the two alike. The tokens that cross a lexeme boundary start at the walk's exits: each exit's lexeme goes
 // to the parser, and the rest of the token is walked from the next lexer's start, through further boundaries.
 // That part is cached per (Earley set, lexer state), shared by every guide of the grammar.
 #pragma once
@@ -68,45 +69,151 @@ class Compiled {
     return {parser_, cache_};
   }
 
-  // The vocabulary walk of lexer state q (computed once per grammar and shape, then shared).
-  std::shared_ptr<const LexemeWalk> lexeme_walk(const Lexer* lx, int32_t q) {
+  // The vocabulary walk of lexer state q: the grammar's, else the vocabulary's of the same shape (walked by
+  // another grammar), else walked now and offered to both.
+  std::shared_ptr<const StateWalk> lexeme_walk(const Lexer* lx, int32_t q) {
     if (auto w = g_->walk(lx->shape[q])) return w;
+    auto sw = std::make_shared<StateWalk>();
+    const std::vector<int32_t> key = walk_key(*lx, q, sw->classes);
+    if (!key.empty()) sw->walk = v_->lexeme_walks().get(key);
+    if (!sw->walk) {
+      sw->walk = walk_vocab(lx, q, sw->classes, key.empty());
+      if (!key.empty()) v_->lexeme_walks().put(key, sw->walk);
+    }
+    return g_->offer_walk(lx->shape[q], std::move(sw));
+  }
+
+  Grammar& grammar() { return *g_; }
+  const Vocab& vocab() const { return *v_; }
+  const std::vector<int64_t>& term_dist(int32_t t) const { return term_dist_[t]; }
+
+ private:
+  // Walk the vocabulary trie from lexer state q: the tokens that stay inside the lexeme, and the exits with their
+  // class numbers (`classes` maps numbers to lexeme classes, and is filled here with them as they are when
+  // `own_classes`, for a shape too large to share).
+  //
+  // Where most first bytes lead q to the state m that they lead m itself to (a string's contents: after any
+  // plain byte, inside the string), the trie below those bytes walks alike from q and from m, so q's walk is
+  // m's (shared by every grammar) with the subtrees of the other first bytes walked again: a key among literal
+  // keys costs the tokens that start like a key, not the vocabulary.
+  std::shared_ptr<const LexemeWalk> walk_vocab(const Lexer* lx, int32_t q, std::vector<int32_t>& classes,
+                                               bool own_classes) {
+    std::unordered_map<int32_t, int32_t> number;
+    for (size_t n = 0; n < classes.size(); ++n) number.emplace(classes[n], static_cast<int32_t>(n));
+    auto class_number = [&](int32_t c) {
+      if (c < 0) return c;
+      auto [it, fresh] = number.emplace(c, static_cast<int32_t>(classes.size()));
+      if (fresh) {
+        if (!own_classes) throw std::logic_error("a lexeme class outside its walk's shape");
+        classes.push_back(c);
+      }
+      return it->second;
+    };
     const Vocab& v = *v_;
     auto w = std::make_shared<LexemeWalk>();
     std::vector<uint32_t> bits(static_cast<size_t>(v.words()), 0);
+    std::vector<uint8_t> again;  // the first bytes whose subtrees are walked from q
+    const int32_t m = patch_base(lx, q);
+    if (m != 0) {
+      auto base = lexeme_walk(lx, m);
+      const LexemeWalk& bw = *base->walk;
+      if (!bw.inside.empty()) std::copy(bw.inside.begin(), bw.inside.end(), bits.begin());
+      std::vector<uint8_t> differs(256, 0);
+      for (int b = 0; b < 256; ++b) {
+        const int32_t r = v.root_[b];
+        if (r < 0 || !differs_below(lx, q, m, static_cast<uint8_t>(b))) continue;
+        differs[b] = 1;
+        again.push_back(static_cast<uint8_t>(b));
+        for (int32_t j = v.tok_ptr_[r]; j < v.tok_ptr_[v.node_end_[r]]; ++j) bits[v.tok_[j] >> 5] &= ~(1u << (v.tok_[j] & 31));
+      }
+      for (size_t i = 0; i < bw.exit_node.size(); ++i) {
+        const int32_t k = bw.exit_node[i];
+        if (differs[v.bytes_[v.off_[v.tok_[v.tok_ptr_[k]]]]]) continue;  // the exit's first byte (a token below it)
+        w->exit_node.push_back(k);
+        w->exit_class.push_back(class_number(base->lexeme_class(bw.exit_class[i])));
+      }
+    } else {
+      for (int b = 0; b < 256; ++b)
+        if (v.root_[b] >= 0) again.push_back(static_cast<uint8_t>(b));
+    }
     std::vector<int32_t> stack(static_cast<size_t>(v.max_len_) + 1, 0);
     stack[0] = q;
-    bool any = false;
-    const int32_t n = static_cast<int32_t>(v.node_byte_.size());
-    for (int32_t k = 0; k < n;) {
-      const int32_t d = v.node_depth_[k];
-      const int32_t p = stack[d - 1];
-      const int32_t t = lx->step(p, v.node_byte_[k]);
-      if (t == 0) {
-        if (lx->accept_class[p] != NO_CLASS) {
-          w->exit_node.push_back(k);
-          w->exit_class.push_back(lx->accept_class[p]);
+    for (uint8_t first : again) {
+      const int32_t r = v.root_[first];
+      for (int32_t k = r; k < v.node_end_[r];) {
+        const int32_t d = v.node_depth_[k];
+        const int32_t p = stack[d - 1];
+        const int32_t t = lx->step(p, v.node_byte_[k]);
+        if (t == 0) {
+          if (lx->accept_class[p] != NO_CLASS) {
+            w->exit_node.push_back(k);
+            w->exit_class.push_back(class_number(lx->accept_class[p]));
+          }
+          k = v.node_end_[k];
+          continue;
         }
-        k = v.node_end_[k];
-        continue;
+        // a subtree whose bytes all keep the state in place is taken whole (a string's contents, an
+        // identifier's letters): all its tokens stay inside, none exits
+        const bool whole = v.node_end_[k] > k + 1 && lx->keeps(t, v.bytes_below_[k]);
+        const int32_t last = whole ? v.tok_ptr_[v.node_end_[k]] : v.tok_ptr_[k + 1];
+        for (int32_t j = v.tok_ptr_[k]; j < last; ++j) bits[v.tok_[j] >> 5] |= 1u << (v.tok_[j] & 31);
+        if (whole) {
+          k = v.node_end_[k];
+          continue;
+        }
+        stack[d] = t;
+        ++k;
       }
-      // a subtree whose bytes all keep the state in place is taken whole (a string's contents, an
-      // identifier's letters): all its tokens stay inside, none exits
-      const bool whole = v.node_end_[k] > k + 1 && lx->keeps(t, v.bytes_below_[k]);
-      const int32_t last = whole ? v.tok_ptr_[v.node_end_[k]] : v.tok_ptr_[k + 1];
-      for (int32_t j = v.tok_ptr_[k]; j < last; ++j) {
-        bits[v.tok_[j] >> 5] |= 1u << (v.tok_[j] & 31);
-        any = true;
-      }
-      if (whole) {
-        k = v.node_end_[k];
-        continue;
-      }
-      stack[d] = t;
-      ++k;
     }
-    if (any) w->inside = std::move(bits);
-    // exits grouped by (class, first byte of the next lexeme) for cross()
+    if (std::any_of(bits.begin(), bits.end(), [](uint32_t x) { return x != 0; })) w->inside = std::move(bits);
+    group_exits(*w);
+    return w;
+  }
+
+  // The state whose walk q's can be patched from (see walk_vocab), or 0: the state m that the first bytes of at
+  // least half of the vocabulary's tokens lead q to, where those bytes lead m to itself, and the first bytes
+  // that walk differently from q than from m start at most a quarter of the tokens. A base never has a base of
+  // its own (its other states take under half of the tokens), so patching never chains.
+  int32_t patch_base(const Lexer* lx, int32_t q) const {
+    const Vocab& v = *v_;
+    std::unordered_map<int32_t, int64_t> weight;
+    int64_t total = 0;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t r = v.root_[b];
+      if (r < 0) continue;
+      const int64_t tokens = v.tok_ptr_[v.node_end_[r]] - v.tok_ptr_[r];
+      total += tokens;
+      const int32_t t = lx->step(q, static_cast<uint8_t>(b));
+      if (t != 0 && t != q && lx->step(t, static_cast<uint8_t>(b)) == t) weight[t] += tokens;
+    }
+    int32_t m = 0;
+    int64_t best = 0;
+    for (const auto& [t, wt] : weight)
+      if (wt > best || (wt == best && t < m)) {
+        best = wt;
+        m = t;
+      }
+    if (m == 0 || best * 2 < total) return 0;
+    int64_t other = 0;
+    for (int b = 0; b < 256; ++b) {
+      const int32_t r = v.root_[b];
+      if (r >= 0 && differs_below(lx, q, m, static_cast<uint8_t>(b))) other += v.tok_ptr_[v.node_end_[r]] - v.tok_ptr_[r];
+    }
+    return other * 4 <= total ? m : 0;
+  }
+
+  // Whether the subtree of first byte b may walk differently from q than from m: their states after b differ,
+  // or b ends the lexeme in both and the lexemes differ.
+  static bool differs_below(const Lexer* lx, int32_t q, int32_t m, uint8_t b) {
+    const int32_t tq = lx->step(q, b), tm = lx->step(m, b);
+    if (tq != tm) return true;
+    return tq == 0 && lx->accept_class[q] != lx->accept_class[m];
+  }
+
+  // Sort a walk's exits by (class, first byte of the next lexeme, node) and mark their runs, for cross().
+  void group_exits(LexemeWalk& walk) const {
+    const Vocab& v = *v_;
+    LexemeWalk* w = &walk;
     std::vector<size_t> order(w->exit_node.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -116,26 +223,21 @@ class Compiled {
       if (ba != bb) return ba < bb;
       return w->exit_node[a] < w->exit_node[b];
     });
-    std::vector<int32_t> nodes(order.size()), classes(order.size());
+    std::vector<int32_t> nodes(order.size()), exit_classes(order.size());
     for (size_t i = 0; i < order.size(); ++i) {
       nodes[i] = w->exit_node[order[i]];
-      classes[i] = w->exit_class[order[i]];
+      exit_classes[i] = w->exit_class[order[i]];
     }
     w->exit_node = std::move(nodes);
-    w->exit_class = std::move(classes);
+    w->exit_class = std::move(exit_classes);
+    w->run_begin.clear();
     for (size_t i = 0; i < w->exit_node.size(); ++i)
       if (i == 0 || w->exit_class[i] != w->exit_class[i - 1] ||
           v.node_byte_[w->exit_node[i]] != v.node_byte_[w->exit_node[i - 1]])
         w->run_begin.push_back(static_cast<int32_t>(i));
     w->run_begin.push_back(static_cast<int32_t>(w->exit_node.size()));
-    return g_->offer_walk(lx->shape[q], std::move(w));
   }
 
-  Grammar& grammar() { return *g_; }
-  const Vocab& vocab() const { return *v_; }
-  const std::vector<int64_t>& term_dist(int32_t t) const { return term_dist_[t]; }
-
- private:
   void fresh() {
     parser_ = std::make_shared<Parser>(g_, term_minlen_);
     cache_ = std::make_shared<CrossingCache>();
@@ -309,7 +411,8 @@ class Matcher {
       return;
     }
     const Frame& f = hist_.back();
-    auto walk = c_->lexeme_walk(f.lx, f.q);
+    auto state_walk = c_->lexeme_walk(f.lx, f.q);
+    const LexemeWalk* walk = state_walk->walk.get();
     if (walk->inside.empty())
       std::memset(out, 0, sizeof(int32_t) * W);
     else
@@ -320,7 +423,7 @@ class Matcher {
       auto crossing = cache_->get(key);
       if (!crossing) {
         auto fresh = std::make_shared<std::vector<int32_t>>();
-        cross(f, *walk, *fresh);
+        cross(f, *state_walk, *fresh);
         crossing = fresh;
         cache_->put(key, crossing);
       }
@@ -418,8 +521,9 @@ class Matcher {
 
   // The tokens that cross a lexeme boundary from f: from each exit of its walk, the rest of the trie below
   // the exit node, walked through lexer and parser (a stack of frames by depth, no recursion).
-  void cross(const Frame& f, const LexemeWalk& walk, std::vector<int32_t>& out) {
+  void cross(const Frame& f, const StateWalk& sw, std::vector<int32_t>& out) {
     const Vocab& v = c_->vocab();
+    const LexemeWalk& walk = *sw.walk;
     std::vector<Frame>& stack = stack_;
     stack.resize(static_cast<size_t>(v.max_len_) + 1);
     // The exits come in runs of one (lexeme class, byte that starts the next lexeme): a run shares the parser's
@@ -430,7 +534,7 @@ class Matcher {
       const int32_t lo = walk.run_begin[r], hi = walk.run_begin[r + 1];
       if (walk.exit_class[lo] != cls) {
         cls = walk.exit_class[lo];
-        after = after_lexeme(f, cls);
+        after = after_lexeme(f, sw.lexeme_class(cls));
       }
       if (!after.alive()) continue;
       const int32_t q = after.lx->step(1, v.node_byte_[walk.exit_node[lo]]);
@@ -468,14 +572,12 @@ class Matcher {
   int64_t distance_of(const Frame& f) {
     if (f.q == 1) return parser_->distance(f.set, nullptr);
     const std::vector<int32_t>& terms = f.lx->terminals;
-    const size_t k = terms.size();
     const int32_t T = c_->grammar().n_terminals();
     std::vector<int64_t> rest(static_cast<size_t>(T), UNREACHABLE);
     int64_t ignored = UNREACHABLE;
     bool any = false;
-    for (size_t i = 0; i < k; ++i) {
-      const int32_t s = f.lx->tuples[static_cast<size_t>(f.q) * k + i];
-      if (s == 0) continue;
+    for (int32_t j = f.lx->tuple_ptr[f.q]; j < f.lx->tuple_ptr[f.q + 1]; ++j) {
+      const int32_t i = f.lx->tuple_term[j], s = f.lx->tuple_state[j];
       const int64_t d = c_->term_dist(terms[i])[s];
       if (c_->grammar().is_ignored(terms[i]))
         ignored = std::min(ignored, d);

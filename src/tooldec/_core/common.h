@@ -29,6 +29,10 @@ constexpr int32_t MAX_REGION_STATES = 128;
 constexpr int32_t EXPENSIVE_WIDTH = 128;
 // Region walks a vocabulary keeps for later compiles (each holds a packed mask and its exit nodes).
 constexpr size_t REGION_CACHE_SIZE = 256;
+// Lexeme walks a vocabulary keeps for later context-free grammars (each a packed mask and its exit nodes), and
+// the most lexer states a shared walk's shape may reach (larger shapes are walked per grammar).
+constexpr size_t LEXEME_WALK_CACHE_SIZE = 256;
+constexpr size_t MAX_SHARED_LEXEME_STATES = 256;
 
 // Bounds the bindings enforce, so that no argument can overflow an index or the stack.
 // Tokens in a vocabulary: ids and mask words stay far inside int32 (the largest tokenizers hold ~256k).

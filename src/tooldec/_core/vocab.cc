@@ -13,25 +13,16 @@ Vocab::Vocab(std::vector<uint8_t> flat, std::vector<int64_t> offsets, std::vecto
 }
 
 std::shared_ptr<const Region> Vocab::shared_region(const std::vector<int32_t>& key, bool shared) {
-  std::lock_guard<std::mutex> lock(shared_mutex_);
-  auto pin = pinned_.find(key);
-  if (pin != pinned_.end()) return pin->second;
-  if (!shared) return nullptr;
-  auto it = shared_.find(key);
-  if (it == shared_.end()) return nullptr;
-  lru_.splice(lru_.begin(), lru_, it->second.second);
-  return it->second.first;
+  {
+    std::lock_guard<std::mutex> lock(shared_mutex_);
+    auto pin = pinned_.find(key);
+    if (pin != pinned_.end()) return pin->second;
+  }
+  return shared ? shared_.get(key) : nullptr;
 }
 
 void Vocab::share_region(const std::vector<int32_t>& key, std::shared_ptr<const Region> r) {
-  std::lock_guard<std::mutex> lock(shared_mutex_);
-  if (shared_.count(key)) return;
-  lru_.push_front(key);
-  shared_.emplace(key, std::make_pair(std::move(r), lru_.begin()));
-  while (shared_.size() > REGION_CACHE_SIZE) {
-    shared_.erase(lru_.back());
-    lru_.pop_back();
-  }
+  shared_.put(key, std::move(r));
 }
 
 void Vocab::pin_region(const std::vector<int32_t>& key, std::shared_ptr<const Region> r) {

@@ -1,11 +1,11 @@
-// The vocabulary: token bytes by id, the same tokens as a preorder trie (the layout every index walk reads), and
-// the region walks shared by every index over it (a region: see Region).
+// The vocabulary: token bytes by id, the same tokens as a preorder trie (the layout every index walk reads), the
+// region walks shared by every index over it (a region: see Region) and the lexeme walks shared by every
+// context-free grammar over it (see LexemeWalk).
 #pragma once
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common.h"
+#include "lru.h"
 
 namespace tooldec {
 
@@ -44,6 +45,20 @@ struct Region {
   }
 };
 
+// The vocabulary walk of a context-free grammar's lexer state: the tokens that stay inside the lexeme
+// (packed), and the exits. It depends only on the state's shape as bytes see it (its reachable lexer states,
+// their transitions and which of them end a lexeme), so a JSON string's contents walk alike in every grammar.
+// Exit classes are the shape's own class numbers (first appearance from the state, breadth first); each grammar
+// maps them to its lexeme classes.
+struct LexemeWalk {
+  std::vector<uint32_t> inside;  // W words, or empty when no token stays inside
+  // trie nodes whose byte starts the next lexeme, and the class of the lexeme ended there, sorted by (class,
+  // node's byte, node)
+  std::vector<int32_t> exit_node, exit_class;
+  // the exits in runs of one (class, byte): run r is exit_node[run_begin[r] .. run_begin[r + 1])
+  std::vector<int32_t> run_begin;
+};
+
 class Vocab {
  public:
   // The tokenizer's byte strings: token t is flat[offsets[t] .. offsets[t + 1]); ids from offsets' end up to
@@ -61,10 +76,11 @@ class Vocab {
   void share_region(const std::vector<int32_t>& key, std::shared_ptr<const Region> r);
   void pin_region(const std::vector<int32_t>& key, std::shared_ptr<const Region> r);
   bool has_pinned() const { return has_pinned_.load(std::memory_order_acquire); }
-  int64_t shared_regions() const {
-    std::lock_guard<std::mutex> lock(shared_mutex_);
-    return static_cast<int64_t>(shared_.size());
-  }
+  int64_t shared_regions() const { return static_cast<int64_t>(shared_.size()); }
+  // Lexeme walks shared by every context-free grammar over this vocabulary, keyed by the lexer state's shape
+  // (the least recently used beyond LEXEME_WALK_CACHE_SIZE dropped). Thread-safe.
+  KeyedLru<LexemeWalk>& lexeme_walks() { return lexeme_walks_; }
+  int64_t shared_lexeme_walks() const { return static_cast<int64_t>(lexeme_walks_.size()); }
   int64_t pinned_regions() const {
     std::lock_guard<std::mutex> lock(shared_mutex_);
     return static_cast<int64_t>(pinned_.size());
@@ -100,11 +116,9 @@ class Vocab {
 
   int32_t size_, words_;
   std::vector<int32_t> eos_;
-  mutable std::mutex shared_mutex_;
-  std::list<std::vector<int32_t>> lru_;
-  std::unordered_map<std::vector<int32_t>,
-                     std::pair<std::shared_ptr<const Region>, std::list<std::vector<int32_t>>::iterator>, SigHash>
-      shared_;
+  mutable std::mutex shared_mutex_;  // guards pinned_
+  KeyedLru<Region> shared_{REGION_CACHE_SIZE};
+  KeyedLru<LexemeWalk> lexeme_walks_{LEXEME_WALK_CACHE_SIZE};
   std::unordered_map<std::vector<int32_t>, std::shared_ptr<const Region>, SigHash> pinned_;
   std::atomic<bool> has_pinned_{false};
 };
