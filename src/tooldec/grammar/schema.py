@@ -6,7 +6,9 @@ come after them.
 
 Recursion has two readings. `recursive=True` (one value, for the pushdown guide): a `$ref` met again inside
 itself, and a place that holds any value, become `call`s of rules compiled once each (`SchemaCompiler.rules`),
-so values nest without limit. Otherwise (and where a call would fall inside a difference or intersection of
+so values nest without limit (with `refs_as_rules` and `containers_as_rules`, for a schema too large as one
+automaton, every plain `$ref` and every member that may hold a container is a rule too, outside products of
+languages). Otherwise (and where a call would fall inside a difference or intersection of
 languages, which only regular languages have) recursion through `$ref` is unrolled to `max_ref_depth` (deeper
 branches are cut, which keeps output valid but forbids nesting beyond that depth) and any value nests a bounded
 depth.
@@ -142,7 +144,7 @@ class SchemaCompiler(
             return self._union(schema, path)
         if "not" in schema:
             rest = {k: v for k, v in schema.items() if k != "not"}
-            return self._difference(self._compile(rest, path), schema["not"], _ptr(path, "not"))
+            return self._difference(self._operand(lambda: self._compile(rest, path)), schema["not"], _ptr(path, "not"))
         return self._typed(schema, path)
 
     def _typed(self, schema: dict, path: str) -> Node:

@@ -36,6 +36,12 @@ class ObjectKeywords(CompilerBase):
         deps = self._dependencies(schema, path)
         if deps:
             return self._split_dependency(schema, deps[0], path)
+        if "minProperties" in schema or "maxProperties" in schema:  # the members may be an operand of a count
+            return self._operand(lambda: self._members(schema, path))
+        return self._members(schema, path)
+
+    def _members(self, schema: dict, path: str) -> Node:
+        """An object without dependencies: its declared and extra members, and their counts (`_object`)."""
         props = schema.get("properties", {})
         if not isinstance(props, dict):
             raise self._bad("properties must be an object", _ptr(path, "properties"))
@@ -88,7 +94,7 @@ class ObjectKeywords(CompilerBase):
                 # a required key with no declared schema takes additionalProperties (any value when absent)
                 parts.append((schema.get("additionalProperties", True) if extra is False else extra,
                               _ptr(path, "additionalProperties")))
-            value = self._nested(lambda parts=parts: self._compile_all(parts, path))
+            value = self._nested(lambda parts=parts: self._member(parts, path))
             if value == NOTHING:
                 if name in req:
                     return NOTHING
@@ -171,7 +177,8 @@ class ObjectKeywords(CompilerBase):
         if "propertyNames" not in schema:
             return None
         quoted = seq(lit('"'), string_content(python=self.syntax.python), lit('"'))
-        return (Intersect((quoted, self._compile(schema["propertyNames"], _ptr(path, "propertyNames")))),)
+        names = self._operand(lambda: self._compile(schema["propertyNames"], _ptr(path, "propertyNames")))
+        return (Intersect((quoted, names)),)
 
     def _pattern_keys(self, pattern: Any, path: str) -> tuple[Node, Node]:
         """(keys a patternProperties pattern surely matches, keys it may match), as string bodies."""
@@ -227,7 +234,7 @@ class ObjectKeywords(CompilerBase):
         members: list[Node] = []
         for matched, touched, keys in regions:
             if matched:
-                value = self._compile_all(
+                value = self._member(
                     [(patterns[i][1], _ptr(path, "patternProperties", patterns[i][0])) for i in matched], path
                 )
             elif touched:
@@ -235,7 +242,7 @@ class ObjectKeywords(CompilerBase):
             elif extra is False:
                 continue
             else:
-                value = self._compile(extra, _ptr(path, "additionalProperties"))
+                value = self._member([(extra, _ptr(path, "additionalProperties"))], path)
             if value != NOTHING:
                 members.append(seq(keys, lit(syn.key_sep), value))
         return alt(*members)
@@ -292,7 +299,8 @@ class ObjectKeywords(CompilerBase):
             if merged is not None:
                 cases.append(self._compile(merged, path))
             else:
-                cases.append(Intersect((self._compile(present, path), self._compile(value, _ptr(path, key, name)))))
+                cases.append(Intersect(self._operand(
+                    lambda: (self._compile(present, path), self._compile(value, _ptr(path, key, name))))))
         return alt(*cases)
 
 
