@@ -197,3 +197,35 @@ class KeyLanguage:
     def accepts(self, data: bytes) -> bool:
         """Whether `data` is in the language."""
         return not self.is_empty and bool(self.dfa.accepts(data))
+
+    def strings(self, limit: int) -> list[bytes] | None:
+        """Every string of the language where it holds at most `limit` (a finite key set), else None: a walk
+        over the states that lead to acceptance, stopped past `limit` strings or at a longer path than there
+        are states (a cycle, so infinitely many)."""
+        if self.is_empty:
+            return []
+        trans, accepting = np.asarray(self.dfa.trans), np.asarray(self.dfa.accepting, dtype=bool)
+        classes = np.asarray(self.dfa.classes)
+        live = accepting.copy()
+        while True:  # states from which an accepting one is reachable
+            grown = live | live[trans].any(axis=1)
+            grown[DEAD] = False
+            if (grown == live).all():
+                break
+            live = grown
+        by_class = [np.flatnonzero(classes == c).tolist() for c in range(trans.shape[1])]
+        out: list[bytes] = []
+        stack = [(int(self.dfa.start), b"")]
+        while stack:
+            state, text = stack.pop()
+            if len(text) > len(accepting):
+                return None
+            if accepting[state]:
+                out.append(text)
+                if len(out) > limit:
+                    return None
+            for c in np.flatnonzero(live[trans[state]]).tolist():
+                if len(by_class[c]) > limit:
+                    return None
+                stack.extend((int(trans[state, c]), text + bytes((b,))) for b in by_class[c])
+        return out

@@ -36,6 +36,10 @@ class Decided(Protocol):
         """Whether `data` is in the language."""
         ...
 
+    def strings(self, limit: int) -> list[bytes] | None:
+        """Every string of the language where it holds at most `limit`, else None."""
+        ...
+
 
 _T = TypeVar("_T")
 Decide = Callable[[Node], Decided]
