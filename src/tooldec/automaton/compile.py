@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -21,6 +22,14 @@ from tooldec.grammar.ir import Alt, Bytes, Difference, Divisible, Fields, Inters
 
 MAX_NFA_STATES = 2_000_000
 """NFA states one compile may build (bounded repeats unroll; a schema past this is refused as too large)."""
+MAX_PRODUCT_WORK = 1_000_000
+"""States of the product automata (every Intersect and Difference, nested ones included, cached or built) one
+root node may need in all: past it the node is refused by size before its products run on for seconds
+(Github_easy o78062, a recursive oneOf unrolled under products of 17,000-state strings, passed 10 s short of its
+end, and reaches this bound in about 5; the most any MaskBench schema that compiles needs is 440,000, measured
+2026-11-28). Cached products count too, so a refusal does not depend on what an earlier compile left."""
+
+_work: ContextVar[list[int] | None] = ContextVar("product_work", default=None)
 
 _BYTES, _SEQ, _ALT, _REPEAT, _FIELDS, _EMBED = range(6)
 
@@ -98,7 +107,7 @@ class _Table:
                 record += (add(item), int(required))
         elif kind is Intersect or kind is Difference:
             assert isinstance(node, (Intersect, Difference))
-            dfa = self.products.get(node) if self.products is not None else _product(node, None)
+            dfa = _charged(self.products.get(node) if self.products is not None else _product(node, None))
             self.dfas.append((np.ascontiguousarray(dfa.trans, dtype=np.int32), dfa.classes, dfa.accepting, dfa.start))
             record = [_EMBED, len(self.dfas) - 1]
         elif kind is Divisible:
@@ -149,8 +158,19 @@ def _product(node: Intersect | Difference, products: ProductCache | None) -> DFA
 def _operand(node: Node, products: ProductCache | None) -> DFA:
     """A product's operand as a minimal DFA (a product already is one)."""
     if isinstance(node, (Intersect, Difference)):
-        return products.get(node) if products is not None else _product(node, None)
+        return _charged(products.get(node) if products is not None else _product(node, None))
     return minimize(compile_dfa(node, products))
+
+
+def _charged(dfa: DFA) -> DFA:
+    """`dfa`, a product, counted toward the root node's MAX_PRODUCT_WORK."""
+    work = _work.get()
+    if work is not None:
+        work[0] += dfa.num_states
+        if work[0] > MAX_PRODUCT_WORK:
+            raise UnsupportedSchemaError(
+                "size", detail=f"the products of automata it needs pass {MAX_PRODUCT_WORK:,} states in all")
+    return dfa
 
 
 def compile_dfa(node: Node, products: ProductCache | None = None) -> DFA:
@@ -175,7 +195,15 @@ def compile_arrays(nodes: Sequence[Node], products: ProductCache | None = None, 
     straight back to the core (a context-free grammar's terminals) and needs no DFA objects. A node table of
     fewer than `parallel_from` code entries is built on one thread: starting threads costs more than it saves."""
     table = _Table(products)
-    roots = [table.add(node) for node in nodes]
+    outer = _work.get() is None  # a root compile, not an operand's inside a product
+    roots = []
+    for node in nodes:
+        token = _work.set([0]) if outer else None
+        try:
+            roots.append(table.add(node))
+        finally:
+            if token is not None:
+                _work.reset(token)
     if len(table.code) < parallel_from:
         threads = 1
     code, ptr = np.array(table.code, dtype=np.int32), np.array(table.ptr, dtype=np.int64)
