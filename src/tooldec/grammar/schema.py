@@ -24,6 +24,7 @@ class's bases), and the names other modules use are imported from here:
 | `schema_rewrites` | schema-to-schema rewrites: `if`/`then`/`else`, two schemas merged as one, disjoint types |
 | `schema_refs` | `$ref`: resolution, the rules of the recursive reading, unrolling in the bounded one |
 | `schema_combinators` | `allOf`, `anyOf`, `oneOf` (exclusivity, discriminators) |
+| `schema_complements` | the values a schema rejects, built without a difference (`not` in the recursive reading) |
 | `schema_literals` | `const`, `enum` |
 | `schema_numbers` | `integer`, `number`: bounds, `multipleOf`, integer formats |
 | `schema_strings` | `string`: `format`, `pattern`, lengths |
@@ -51,6 +52,7 @@ from tooldec.grammar.schema_any import (
 from tooldec.grammar.schema_arrays import ArrayKeywords
 from tooldec.grammar.schema_base import ANY_RULE, DEFAULT_REF_DEPTH, MAX_EXPANSIONS, Decide, Decided
 from tooldec.grammar.schema_combinators import Combinators
+from tooldec.grammar.schema_complements import Complements
 from tooldec.grammar.schema_keywords import (
     ANNOTATIONS,
     INT_FORMATS,
@@ -75,7 +77,7 @@ __all__ = [
 
 
 class SchemaCompiler(
-    ReferenceKeywords, Combinators, LiteralValues, NumberKeywords, StringKeywords, ArrayKeywords, ObjectKeywords,
+    ReferenceKeywords, Combinators, Complements, LiteralValues, NumberKeywords, StringKeywords, ArrayKeywords, ObjectKeywords,
     AnyValues,
 ):
     """Compiles the subschemas of one root document (so local `$ref`s resolve) to IR nodes. Key languages
@@ -144,6 +146,10 @@ class SchemaCompiler(
             return self._union(schema, path)
         if "not" in schema:
             rest = {k: v for k, v in schema.items() if k != "not"}
+            if self._complements_here() and not set(rest) - ANNOTATIONS:
+                complement = self._complement(schema["not"], _ptr(path, "not"))
+                if complement is not None:
+                    return complement
             return self._difference(self._operand(lambda: self._compile(rest, path)), schema["not"], _ptr(path, "not"))
         return self._typed(schema, path)
 

@@ -72,6 +72,10 @@ class Combinators(CompilerBase):
                 specs.append((br, bpath))
         exclusive = (key == "oneOf" and len(specs) > 1 and not _disjoint_types(branches)
                      and not self._discriminated(base, branches))
+        if exclusive and not set(base) - ANNOTATIONS and self._complements_here():
+            complement = self._one_of_universal(branches, path)
+            if complement is not None:
+                return complement
         # an exclusive branch is the left side of a difference; another may be a rule of its own
         if exclusive:
             nodes = self._operand(lambda: [self._compile(s, p) for s, p in specs])
