@@ -160,14 +160,21 @@ def _products(n: int, width: int) -> Node:
 
 
 def test_products_past_the_work_bound_are_refused_by_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The products one root needs count toward MAX_PRODUCT_WORK, cached ones too (the same refusal from a warm
-    cache); each root has a bound of its own."""
-    one = compile_dfa(_products(1, 40)).num_states
+    """The automata one root builds for its products count toward MAX_PRODUCT_WORK; each root of a compile has
+    a bound of its own, and a product the cache holds costs nothing."""
+    cache = ProductCache()
+    monkeypatch.setattr(automaton_compile, "MAX_PRODUCT_WORK", 10**9)
+    compile_dfa(_products(6, 40), cache)
+    work = automaton_compile._work.set([0])
+    try:
+        compile_dfa(_products(1, 40))
+        one = automaton_compile._work.get()[0]  # type: ignore[index]
+    finally:
+        automaton_compile._work.reset(work)
     monkeypatch.setattr(automaton_compile, "MAX_PRODUCT_WORK", 3 * one)
     assert compile_dfa(_products(2, 40)).num_states > 0
-    cache = ProductCache()
-    for _ in range(2):
-        with pytest.raises(UnsupportedSchemaError, match="products of automata") as info:
-            compile_dfa(_products(6, 40), cache)
-        assert info.value.keyword == "size"
+    with pytest.raises(UnsupportedSchemaError, match="products of automata") as info:
+        compile_dfa(_products(6, 40))
+    assert info.value.keyword == "size"
     assert len(compile_dfas([_products(2, 40), _products(2, 40)])) == 2
+    assert compile_dfa(_products(6, 40), cache).num_states > 0

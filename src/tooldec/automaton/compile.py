@@ -23,11 +23,11 @@ from tooldec.grammar.ir import Alt, Bytes, Difference, Divisible, Fields, Inters
 MAX_NFA_STATES = 2_000_000
 """NFA states one compile may build (bounded repeats unroll; a schema past this is refused as too large)."""
 MAX_PRODUCT_WORK = 1_000_000
-"""States of the product automata (every Intersect and Difference, nested ones included, cached or built) one
-root node may need in all: past it the node is refused by size before its products run on for seconds
-(Github_easy o78062, a recursive oneOf unrolled under products of 17,000-state strings, passed 10 s short of its
-end, and reaches this bound in about 5; the most any MaskBench schema that compiles needs is 440,000, measured
-2026-11-28). Cached products count too, so a refusal does not depend on what an earlier compile left."""
+"""States of the automata one root node builds for its products in all (each operand compiled and each product,
+before minimizing; nested products included): past it the node is refused by size before its products run on for
+seconds (Github_easy o78062, a recursive oneOf unrolled under products of 17,000-state strings, passed 10 s short
+of its end, and reaches this bound in about 2.5 s; the most any MaskBench schema that compiles builds is 540,000,
+Handwritten allany8, measured 2026-11-28). A product taken from the cache costs nothing."""
 
 _work: ContextVar[list[int] | None] = ContextVar("product_work", default=None)
 
@@ -107,7 +107,7 @@ class _Table:
                 record += (add(item), int(required))
         elif kind is Intersect or kind is Difference:
             assert isinstance(node, (Intersect, Difference))
-            dfa = _charged(self.products.get(node) if self.products is not None else _product(node, None))
+            dfa = self.products.get(node) if self.products is not None else _product(node, None)
             self.dfas.append((np.ascontiguousarray(dfa.trans, dtype=np.int32), dfa.classes, dfa.accepting, dfa.start))
             record = [_EMBED, len(self.dfas) - 1]
         elif kind is Divisible:
@@ -148,22 +148,23 @@ def _product(node: Intersect | Difference, products: ProductCache | None) -> DFA
     that minimizing merges (a decimal's last digits for divisibility by 8: 1,000 endings, 8 remainders), and a
     product multiplies what its operands keep (Handwritten allany2: past 500,000 states unminimized, 1,989)."""
     if isinstance(node, Difference):
-        return minimize(difference(_operand(node.left, products), _operand(node.right, products)))
+        return minimize(_charged(difference(_operand(node.left, products), _operand(node.right, products))))
     result = _operand(node.items[0], products)
     for item in node.items[1:]:
-        result = minimize(intersect(result, _operand(item, products)))
+        result = minimize(_charged(intersect(result, _operand(item, products))))
     return result
 
 
 def _operand(node: Node, products: ProductCache | None) -> DFA:
     """A product's operand as a minimal DFA (a product already is one)."""
     if isinstance(node, (Intersect, Difference)):
-        return _charged(products.get(node) if products is not None else _product(node, None))
-    return minimize(compile_dfa(node, products))
+        return products.get(node) if products is not None else _product(node, None)
+    return minimize(_charged(compile_dfa(node, products)))
 
 
 def _charged(dfa: DFA) -> DFA:
-    """`dfa`, a product, counted toward the root node's MAX_PRODUCT_WORK."""
+    """`dfa`, built for a product (an operand or the product, before minimizing), counted toward the root
+    node's MAX_PRODUCT_WORK."""
     work = _work.get()
     if work is not None:
         work[0] += dfa.num_states
