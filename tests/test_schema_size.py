@@ -14,10 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooldec.automaton.compile import KeyLanguage, compile_dfa
+from tooldec.automaton import compile as automaton_compile
+from tooldec.automaton.compile import KeyLanguage, ProductCache, compile_dfa, compile_dfas
 from tooldec.automaton.dfa import DFA
 from tooldec.automaton.value_grammar import MAX_TERMINAL_STATES, NotTokenizable, value_grammar
-from tooldec.grammar.ir import lit, seq
+from tooldec.errors import UnsupportedSchemaError
+from tooldec.grammar.ir import Intersect, Node, lit, seq
 from tooldec.grammar.regex import pattern_ir
 from tooldec.grammar.schema import SchemaCompiler
 from tooldec.grammar.strings import string_content
@@ -148,3 +150,31 @@ def test_a_token_past_the_lexer_bound_is_not_tokenizable_before_the_rule_is_walk
     assert compile_dfa(long_string).num_states > MAX_TERMINAL_STATES
     with pytest.raises(NotTokenizable, match="past the lexer"):
         value_grammar(seq(lit("["), long_string, lit("]")), [])
+
+
+# -- the work of products ---------------------------------------------------------------------------------
+def _products(n: int, width: int) -> Node:
+    """`n` strings of 1 to `width` characters, each a different bounded pattern intersected with a length."""
+    return seq(*(Intersect((string_content(max_length=width), pattern_ir(f"^[a-{chr(0x62 + i)}]*$")))
+                 for i in range(n)))
+
+
+def test_products_past_the_work_bound_are_refused_by_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The automata one root builds for its products count toward MAX_PRODUCT_WORK; each root of a compile has
+    a bound of its own, and a product the cache holds costs nothing."""
+    cache = ProductCache()
+    monkeypatch.setattr(automaton_compile, "MAX_PRODUCT_WORK", 10**9)
+    compile_dfa(_products(6, 40), cache)
+    work = automaton_compile._work.set([0])
+    try:
+        compile_dfa(_products(1, 40))
+        one = automaton_compile._work.get()[0]  # type: ignore[index]
+    finally:
+        automaton_compile._work.reset(work)
+    monkeypatch.setattr(automaton_compile, "MAX_PRODUCT_WORK", 3 * one)
+    assert compile_dfa(_products(2, 40)).num_states > 0
+    with pytest.raises(UnsupportedSchemaError, match="products of automata") as info:
+        compile_dfa(_products(6, 40))
+    assert info.value.keyword == "size"
+    assert len(compile_dfas([_products(2, 40), _products(2, 40)])) == 2
+    assert compile_dfa(_products(6, 40), cache).num_states > 0

@@ -315,7 +315,9 @@ class Compiler:
         pushdown guide (`CompiledCfg`), with no depth limit; a regular one keeps the DFA path and its O(1) index.
         Where recursion meets a difference or intersection of languages (`not`, exclusive `oneOf`, `allOf` of
         references), recursion is unrolled to `max_ref_depth` instead. A schema too large as one automaton goes
-        to the pushdown guide with every plain `$ref` a rule of its own (before its size refusal stands)."""
+        to the pushdown guide with every plain `$ref`, and every member, item or branch that may hold an object or
+        array, a bounded array's item and a long scalar member, a rule of its own outside products of languages
+        (`containers_as_rules`), else its `$ref`s only, before its size refusal stands."""
         key = self._key(f"schema:{additional_properties}:{precompute}", schema)
 
         def build() -> CompiledGrammar | CompiledCfg:
@@ -324,14 +326,21 @@ class Compiler:
             except UnsupportedSchemaError as exc:
                 if exc.keyword != "size":
                     raise
-                try:  # too large as one automaton: a grammar whose rules are its references, each automaton small
-                    comp = SchemaCompiler(schema, decide=KeyLanguage, additional_properties=additional_properties,
-                                          recursive=True, refs_as_rules=True)
-                    start = comp.value()
-                    if comp.rules:
-                        return self._value_cfg(start, comp.rules)
-                except (UnsupportedSchemaError, NotTokenizable, GrammarError):
-                    pass
+                # too large as one automaton: a grammar whose rules are its references and the values that may
+                # hold containers, each automaton small; or, where such a value falls in a product of languages,
+                # its references only
+                for containers in (True, False):
+                    try:
+                        comp = SchemaCompiler(schema, decide=KeyLanguage, additional_properties=additional_properties,
+                                              recursive=True, refs_as_rules=True, containers_as_rules=containers)
+                        start = comp.value()
+                        if comp.rules:
+                            return self._value_cfg(start, comp.rules)
+                    except NotTokenizable:
+                        continue
+                    except (UnsupportedSchemaError, GrammarError):
+                        pass
+                    break
                 raise exc from None
 
         return self._cached(key, build, use_cache)

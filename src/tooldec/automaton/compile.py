@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -21,6 +22,14 @@ from tooldec.grammar.ir import Alt, Bytes, Difference, Divisible, Fields, Inters
 
 MAX_NFA_STATES = 2_000_000
 """NFA states one compile may build (bounded repeats unroll; a schema past this is refused as too large)."""
+MAX_PRODUCT_WORK = 1_000_000
+"""States of the automata one root node builds for its products in all (each operand compiled and each product,
+before minimizing; nested products included): past it the node is refused by size before its products run on for
+seconds (Github_easy o78062, a recursive oneOf unrolled under products of 17,000-state strings, passed 10 s short
+of its end, and reaches this bound in about 2.5 s; the most any MaskBench schema that compiles builds is 540,000,
+Handwritten allany8, measured 2026-11-28). A product taken from the cache costs nothing."""
+
+_work: ContextVar[list[int] | None] = ContextVar("product_work", default=None)
 
 _BYTES, _SEQ, _ALT, _REPEAT, _FIELDS, _EMBED = range(6)
 
@@ -139,10 +148,10 @@ def _product(node: Intersect | Difference, products: ProductCache | None) -> DFA
     that minimizing merges (a decimal's last digits for divisibility by 8: 1,000 endings, 8 remainders), and a
     product multiplies what its operands keep (Handwritten allany2: past 500,000 states unminimized, 1,989)."""
     if isinstance(node, Difference):
-        return minimize(difference(_operand(node.left, products), _operand(node.right, products)))
+        return minimize(_charged(difference(_operand(node.left, products), _operand(node.right, products))))
     result = _operand(node.items[0], products)
     for item in node.items[1:]:
-        result = minimize(intersect(result, _operand(item, products)))
+        result = minimize(_charged(intersect(result, _operand(item, products))))
     return result
 
 
@@ -150,7 +159,19 @@ def _operand(node: Node, products: ProductCache | None) -> DFA:
     """A product's operand as a minimal DFA (a product already is one)."""
     if isinstance(node, (Intersect, Difference)):
         return products.get(node) if products is not None else _product(node, None)
-    return minimize(compile_dfa(node, products))
+    return minimize(_charged(compile_dfa(node, products)))
+
+
+def _charged(dfa: DFA) -> DFA:
+    """`dfa`, built for a product (an operand or the product, before minimizing), counted toward the root
+    node's MAX_PRODUCT_WORK."""
+    work = _work.get()
+    if work is not None:
+        work[0] += dfa.num_states
+        if work[0] > MAX_PRODUCT_WORK:
+            raise UnsupportedSchemaError(
+                "size", detail=f"the products of automata it needs pass {MAX_PRODUCT_WORK:,} states in all")
+    return dfa
 
 
 def compile_dfa(node: Node, products: ProductCache | None = None) -> DFA:
@@ -175,7 +196,15 @@ def compile_arrays(nodes: Sequence[Node], products: ProductCache | None = None, 
     straight back to the core (a context-free grammar's terminals) and needs no DFA objects. A node table of
     fewer than `parallel_from` code entries is built on one thread: starting threads costs more than it saves."""
     table = _Table(products)
-    roots = [table.add(node) for node in nodes]
+    outer = _work.get() is None  # a root compile, not an operand's inside a product
+    roots = []
+    for node in nodes:
+        token = _work.set([0]) if outer else None
+        try:
+            roots.append(table.add(node))
+        finally:
+            if token is not None:
+                _work.reset(token)
     if len(table.code) < parallel_from:
         threads = 1
     code, ptr = np.array(table.code, dtype=np.int32), np.array(table.ptr, dtype=np.int64)
@@ -197,3 +226,35 @@ class KeyLanguage:
     def accepts(self, data: bytes) -> bool:
         """Whether `data` is in the language."""
         return not self.is_empty and bool(self.dfa.accepts(data))
+
+    def strings(self, limit: int) -> list[bytes] | None:
+        """Every string of the language where it holds at most `limit` (a finite key set), else None: a walk
+        over the states that lead to acceptance, stopped past `limit` strings or at a longer path than there
+        are states (a cycle, so infinitely many)."""
+        if self.is_empty:
+            return []
+        trans, accepting = np.asarray(self.dfa.trans), np.asarray(self.dfa.accepting, dtype=bool)
+        classes = np.asarray(self.dfa.classes)
+        live = accepting.copy()
+        while True:  # states from which an accepting one is reachable
+            grown = live | live[trans].any(axis=1)
+            grown[DEAD] = False
+            if (grown == live).all():
+                break
+            live = grown
+        by_class = [np.flatnonzero(classes == c).tolist() for c in range(trans.shape[1])]
+        out: list[bytes] = []
+        stack = [(int(self.dfa.start), b"")]
+        while stack:
+            state, text = stack.pop()
+            if len(text) > len(accepting):
+                return None
+            if accepting[state]:
+                out.append(text)
+                if len(out) > limit:
+                    return None
+            for c in np.flatnonzero(live[trans[state]]).tolist():
+                if len(by_class[c]) > limit:
+                    return None
+                stack.extend((int(trans[state, c]), text + bytes((b,))) for b in by_class[c])
+        return out

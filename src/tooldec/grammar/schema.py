@@ -6,7 +6,9 @@ come after them.
 
 Recursion has two readings. `recursive=True` (one value, for the pushdown guide): a `$ref` met again inside
 itself, and a place that holds any value, become `call`s of rules compiled once each (`SchemaCompiler.rules`),
-so values nest without limit. Otherwise (and where a call would fall inside a difference or intersection of
+so values nest without limit (with `refs_as_rules` and `containers_as_rules`, for a schema too large as one
+automaton, every plain `$ref` and every member that may hold a container is a rule too, outside products of
+languages). Otherwise (and where a call would fall inside a difference or intersection of
 languages, which only regular languages have) recursion through `$ref` is unrolled to `max_ref_depth` (deeper
 branches are cut, which keeps output valid but forbids nesting beyond that depth) and any value nests a bounded
 depth.
@@ -22,6 +24,7 @@ class's bases), and the names other modules use are imported from here:
 | `schema_rewrites` | schema-to-schema rewrites: `if`/`then`/`else`, two schemas merged as one, disjoint types |
 | `schema_refs` | `$ref`: resolution, the rules of the recursive reading, unrolling in the bounded one |
 | `schema_combinators` | `allOf`, `anyOf`, `oneOf` (exclusivity, discriminators) |
+| `schema_complements` | the values a schema rejects, built without a difference (`not` in the recursive reading) |
 | `schema_literals` | `const`, `enum` |
 | `schema_numbers` | `integer`, `number`: bounds, `multipleOf`, integer formats |
 | `schema_strings` | `string`: `format`, `pattern`, lengths |
@@ -49,6 +52,7 @@ from tooldec.grammar.schema_any import (
 from tooldec.grammar.schema_arrays import ArrayKeywords
 from tooldec.grammar.schema_base import ANY_RULE, DEFAULT_REF_DEPTH, MAX_EXPANSIONS, Decide, Decided
 from tooldec.grammar.schema_combinators import Combinators
+from tooldec.grammar.schema_complements import Complements
 from tooldec.grammar.schema_keywords import (
     ANNOTATIONS,
     INT_FORMATS,
@@ -73,7 +77,7 @@ __all__ = [
 
 
 class SchemaCompiler(
-    ReferenceKeywords, Combinators, LiteralValues, NumberKeywords, StringKeywords, ArrayKeywords, ObjectKeywords,
+    ReferenceKeywords, Combinators, Complements, LiteralValues, NumberKeywords, StringKeywords, ArrayKeywords, ObjectKeywords,
     AnyValues,
 ):
     """Compiles the subschemas of one root document (so local `$ref`s resolve) to IR nodes. Key languages
@@ -142,7 +146,11 @@ class SchemaCompiler(
             return self._union(schema, path)
         if "not" in schema:
             rest = {k: v for k, v in schema.items() if k != "not"}
-            return self._difference(self._compile(rest, path), schema["not"], _ptr(path, "not"))
+            if self._complements_here() and not set(rest) - ANNOTATIONS:
+                complement = self._complement(schema["not"], _ptr(path, "not"))
+                if complement is not None:
+                    return complement
+            return self._difference(self._operand(lambda: self._compile(rest, path)), schema["not"], _ptr(path, "not"))
         return self._typed(schema, path)
 
     def _typed(self, schema: dict, path: str) -> Node:

@@ -17,6 +17,12 @@ class ArrayKeywords(CompilerBase):
     """Arrays: their items, counts and `contains`."""
 
     def _array(self, schema: dict, path: str) -> Node:
+        if "contains" in schema:  # the items are an operand of the counting product
+            return self._operand(lambda: self._items(schema, path))
+        return self._items(schema, path)
+
+    def _items(self, schema: dict, path: str) -> Node:
+        """The array's items and counts (`_array`), `contains` counted over them."""
         lo = self._count(schema, "minItems", path) or 0
         hi = self._count(schema, "maxItems", path)
         items = schema.get("items", True)
@@ -26,8 +32,10 @@ class ArrayKeywords(CompilerBase):
             prefix, items = items, schema.get("additionalItems", True)
         if schema.get("uniqueItems") is True and not (hi is not None and hi <= 1) and not self._negative:
             raise self._unsupported("uniqueItems", _ptr(path, "uniqueItems"))
-        prefix_nodes = self._nested(lambda: [self._compile(p, _ptr(path, "prefixItems", i)) for i, p in enumerate(prefix)])
-        rest = self._nested(lambda: self._compile(items, _ptr(path, "items")))
+        prefix_nodes = self._nested(
+            lambda: [self._member([(p, _ptr(path, "prefixItems", i))], path) for i, p in enumerate(prefix)])
+        copied = hi is not None or lo > 1  # the item is unrolled into that many copies
+        rest = self._nested(lambda: self._member([(items, _ptr(path, "items"))], path, copied=copied))
         options: list[Node] = []
         k = len(prefix_nodes)
         for n in range(lo, min(k, hi if hi is not None else k) + 1):

@@ -9,7 +9,7 @@ languages decided so far. The keyword compilers (`SchemaCompiler`'s bases, one m
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from tooldec.errors import SchemaError, UnsupportedSchemaError
 from tooldec.grammar.counting import member_text
@@ -36,7 +36,12 @@ class Decided(Protocol):
         """Whether `data` is in the language."""
         ...
 
+    def strings(self, limit: int) -> list[bytes] | None:
+        """Every string of the language where it holds at most `limit`, else None."""
+        ...
 
+
+_T = TypeVar("_T")
 Decide = Callable[[Node], Decided]
 """Builds a `Decided` language from IR (`tooldec.automaton.compile.KeyLanguage`): passed in by the compiler, so
 the grammar does not import the layer below it."""
@@ -50,7 +55,10 @@ class CompilerBase:
     if TYPE_CHECKING:  # defined by SchemaCompiler's other bases, called across them
         def _compile(self, schema: Any, path: str) -> Node: ...
         def _compile_all(self, parts: list[tuple[Any, str]], path: str) -> Node: ...
-        def _call(self, key: str, schema: Any) -> Node: ...
+        def _call(self, key: str, schema: Any, path: str | None = None) -> Node: ...
+        def _complements_here(self) -> bool: ...
+        def _one_of_universal(self, branches: list[Any], path: str) -> Node | None: ...
+        def _member(self, parts: list[tuple[Any, str]], path: str, *, copied: bool = False) -> Node: ...
         def _resolve(self, ref: str, path: str) -> Any: ...
         def _plain(self, schema: Any) -> Any: ...
         def _any_level(self) -> Node: ...
@@ -68,16 +76,21 @@ class CompilerBase:
         additional_properties: bool = False,
         recursive: bool = False,
         refs_as_rules: bool = False,
+        containers_as_rules: bool = False,
     ) -> None:
         self.root = root
         self.recursive = recursive
         self.refs_as_rules = recursive and refs_as_rules
         """Every plain `$ref` a rule of its own, not only a recursive one: a schema too large as one automaton
         (definitions used in many places) as a grammar of automata that each stay small."""
+        self.containers_as_rules = self.refs_as_rules and containers_as_rules
+        """Also every member or item that may hold an object or array a rule of its own (where no product of
+        languages takes it in): a schema too large as one automaton for nesting alone (a hundred counted items)
+        as one small automaton per container."""
         self.rules: list[Node] = []
         """With `recursive`: the body of rule k (one value) that `call(k)` in the compiled IR nests."""
         self._rule_index: dict[str, int] = {}
-        self._pending: list[tuple[int, str, Any]] = []  # rules named by a call, their bodies not compiled yet
+        self._pending: list[tuple[int, str, Any, str]] = []  # rules named by a call (index, key, schema, path), not compiled yet
         self.syntax = syntax
         self.tool = tool
         self.max_ref_depth = max_ref_depth
@@ -94,6 +107,7 @@ class CompilerBase:
         # `oneOf`), which must be a superset. Each approximation below picks its side by it.
         self._negative = False
         self._flips = 0  # how many difference right sides the build is inside (positive and > 0: a subset removed)
+        self._operands = 0  # how many operands of an intersection or difference (or left sides) the build is inside
         # Container nesting: the current depth while compiling, and the deepest any compiled value reaches
         # (scanners that read values without their schema are given this depth, so they cut nothing).
         self._depth = 0
@@ -123,6 +137,20 @@ class CompilerBase:
         """Whether a recursive place may become a call here: only where the language is built as it is (a call
         inside a difference's right side or a product would need a context-free difference)."""
         return self.recursive and not self._negative and not self._flips
+
+    def _optional_call_here(self) -> bool:
+        """Whether a place that need not be a call (a plain `$ref` or a container with `refs_as_rules`, not a
+        recursion) becomes one here: where calls may go, and outside every operand of a product, which would
+        need the context-free product that `value_grammar` refuses."""
+        return self._calls_here() and not self._operands
+
+    def _operand(self, build: Callable[[], _T]) -> _T:
+        """`build()` as an operand of an intersection or difference: its optional places stay inline."""
+        self._operands += 1
+        try:
+            return build()
+        finally:
+            self._operands -= 1
 
     def _flipped(self, schema: Any, path: str) -> Node:
         """`schema` compiled at the other polarity (for the right side of a difference)."""

@@ -49,9 +49,9 @@ class Combinators(CompilerBase):
         saved = self._key_order
         self._key_order = key_order([rest, *parts], lambda ref: resolve_pointer(self.root, ref), saved, MAX_EXPANSIONS)
         try:
-            nodes = [self._compile(p, _ptr(path, "allOf", i)) for i, p in enumerate(parts)]
+            nodes = self._operand(lambda: [self._compile(p, _ptr(path, "allOf", i)) for i, p in enumerate(parts)])
             if set(rest) - ANNOTATIONS:
-                nodes.append(self._compile(rest, path))
+                nodes.append(self._operand(lambda: self._compile(rest, path)))
         finally:
             self._key_order = saved
         return Intersect(tuple(nodes))
@@ -70,9 +70,18 @@ class Combinators(CompilerBase):
                 specs.append((merged, bpath) if merged is not None else ({"allOf": [base, br]}, bpath))
             else:
                 specs.append((br, bpath))
-        nodes = [self._compile(s, p) for s, p in specs]
-        exclusive = key == "oneOf" and len(nodes) > 1
-        if exclusive and not _disjoint_types(branches) and not self._discriminated(base, branches):
+        exclusive = (key == "oneOf" and len(specs) > 1 and not _disjoint_types(branches)
+                     and not self._discriminated(base, branches))
+        if exclusive and not set(base) - ANNOTATIONS and self._complements_here():
+            complement = self._one_of_universal(branches, path)
+            if complement is not None:
+                return complement
+        # an exclusive branch is the left side of a difference; another may be a rule of its own
+        if exclusive:
+            nodes = self._operand(lambda: [self._compile(s, p) for s, p in specs])
+        else:
+            nodes = [self._member([(s, p)], p) for s, p in specs]
+        if exclusive:
             # a value matching two branches is no instance: each branch minus the others, at the other polarity
             # (positive: a superset of them is removed; negative: a subset, so that a superset remains)
             try:

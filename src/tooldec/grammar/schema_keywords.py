@@ -21,6 +21,17 @@ UNSUPPORTED = frozenset(
         "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
     }
 )
+KEYWORDS = frozenset(
+    {
+        "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+        "maxLength", "minLength", "pattern", "format", "items", "additionalItems", "prefixItems", "contains",
+        "minContains", "maxContains", "maxItems", "minItems", "uniqueItems", "properties", "patternProperties",
+        "additionalProperties", "propertyNames", "required", "dependencies", "dependentRequired",
+        "dependentSchemas", "minProperties", "maxProperties", "allOf", "anyOf", "oneOf", "not", "if", "then",
+        "else", "$ref", "nullable", *UNSUPPORTED,
+    }
+)
+"""Every keyword that may constrain a value: a key that is neither one of these nor an annotation is ignored."""
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 _TYPE_AND_ENUM = frozenset({"type", "enum"})
 # The formats JSON Schema defines (draft 4 to 2020-12). A `format` outside this list has no defined meaning,

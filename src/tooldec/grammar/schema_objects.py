@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any, ClassVar
 
 from tooldec.errors import UnsupportedSchemaError
@@ -21,6 +22,7 @@ from tooldec.grammar.strings import codepoints_ir, complement_ranges, string_con
 MAX_KEY_REGIONS = 64  # patternProperties: key regions (sets of patterns matching together) at most
 MAX_DEPENDENCIES = 8  # dependencies split an object into up to 2**8 cases
 MAX_TRACKED_KEYS = 6  # on a difference's right side, objects in any key order track this many required keys
+MAX_DISTINCT_KEYS = 8  # extra keys allowed once each (a scanner per key) where minProperties counts several
 STRING_EXCEPT_CACHE_SIZE = 1024
 """Key languages kept by their excluded keys (a `$ref`'d object recurs at every place it is referenced)."""
 
@@ -36,6 +38,12 @@ class ObjectKeywords(CompilerBase):
         deps = self._dependencies(schema, path)
         if deps:
             return self._split_dependency(schema, deps[0], path)
+        if "minProperties" in schema or "maxProperties" in schema:  # the members may be an operand of a count
+            return self._operand(lambda: self._members(schema, path))
+        return self._members(schema, path)
+
+    def _members(self, schema: dict, path: str) -> Node:
+        """An object without dependencies: its declared and extra members, and their counts (`_object`)."""
         props = schema.get("properties", {})
         if not isinstance(props, dict):
             raise self._bad("properties must be an object", _ptr(path, "properties"))
@@ -88,13 +96,13 @@ class ObjectKeywords(CompilerBase):
                 # a required key with no declared schema takes additionalProperties (any value when absent)
                 parts.append((schema.get("additionalProperties", True) if extra is False else extra,
                               _ptr(path, "additionalProperties")))
-            value = self._nested(lambda parts=parts: self._compile_all(parts, path))
+            value = self._nested(lambda parts=parts: self._member(parts, path))
             if value == NOTHING:
                 if name in req:
                     return NOTHING
                 continue
             members.append((name, seq(lit(syn.dumps(name) + syn.key_sep), value), name in req))
-        extras = self._nested(
+        extras, extra_keys = self._nested(
             lambda: self._extra_members(schema, path, laid_out, names, extra, pattern_keys)
         )
         lo = self._count(schema, "minProperties", path) or 0
@@ -105,15 +113,18 @@ class ObjectKeywords(CompilerBase):
             # a subset that a superset loses (`not` under `not`, a oneOf branch on the subtracted side): members in
             # any order, as the superset holds them; each parsed key keeps a valid value, every required key shows
             return self._object_superset(members, extras, 0)
-        return self._object_fields(members, extras, lo, hi, path)
+        return self._object_fields(members, extras, lo, hi, path, extra_keys)
 
     def _object_fields(
-        self, members: list[tuple[str, Node, bool]], extras: Node, lo: int, hi: int | None, path: str
+        self, members: list[tuple[str, Node, bool]], extras: Node, lo: int, hi: int | None, path: str,
+        extra_keys: Node = NOTHING,
     ) -> Node:
-        """Declared members in schema order (optional ones skippable), then the extra members, with counts.
+        """Declared members in schema order (optional ones skippable), then the extra members (their quoted keys:
+        `extra_keys`), with counts.
 
         An extra key may repeat (a JSON object keeps the last), so extras count at most once toward
-        minProperties (the object has at least one distinct extra key), and fully toward maxProperties.
+        minProperties (the object has at least one distinct extra key), and fully toward maxProperties; unless
+        the extra keys are few (`_distinct_extras`), each then allowed once and every member counted.
         """
         fields = tuple((node, r) for _, node, r in members)
         n_required = sum(1 for _, _, r in members if r)
@@ -125,10 +136,13 @@ class ObjectKeywords(CompilerBase):
             if lo > n_declared:
                 return NOTHING
         elif lo > n_declared + 1:
-            raise self._unsupported(
-                "minProperties", _ptr(path, "minProperties"),
-                f"{lo} members would need two additional properties, whose keys could repeat",
-            )
+            distinct = self._distinct_extras(fields, extras, extra_keys, lo, hi)
+            if distinct is None:
+                raise self._unsupported(
+                    "minProperties", _ptr(path, "minProperties"),
+                    f"{lo} members would need two additional properties, whose keys could repeat",
+                )
+            return distinct
         if extras == NOTHING:
             if lo > n_required or (hi is not None and hi < n_declared):
                 return Intersect((declared, container_count("{", "}", lo, hi, max_depth=self._scan_depth())))
@@ -153,6 +167,29 @@ class ObjectKeywords(CompilerBase):
             options.append(Intersect((with_extras, *limits)) if limits else with_extras)
         return alt(*options)
 
+    def _distinct_extras(
+        self, fields: tuple[tuple[Node, bool], ...], extras: Node, extra_keys: Node, lo: int, hi: int | None
+    ) -> Node | None:
+        """Objects whose extra members have distinct keys, every member then counted toward minProperties and
+        maxProperties, where the extra keys are at most MAX_DISTINCT_KEYS canonical spellings (a finite key
+        language: each key is allowed once by a scanner); None where they are not."""
+        keys = self._language(extra_keys).strings(MAX_DISTINCT_KEYS)
+        if keys is None or any(self._respelled(k) != k for k in keys):
+            return None
+        depth = self._scan_depth()
+        once = [Difference(container_count("{", "}", 0, None, max_depth=depth), keyed_count([k], 2, max_depth=depth))
+                for k in keys]
+        body = self._wrap("{", Fields((*fields, (_one_or_more(extras, self._sep), False)), self._sep), "}")
+        return Intersect((body, container_count("{", "}", lo, hi, max_depth=depth), *once))
+
+    def _respelled(self, quoted: bytes) -> bytes | None:
+        """A quoted key's canonical spelling (None for text that is no JSON string)."""
+        try:
+            key = json.loads(quoted)
+        except ValueError:
+            return None
+        return self.syntax.dumps(key).encode() if isinstance(key, str) else None
+
     def _object_superset(self, members: list[tuple[str, Node, bool]], extras: Node, lo: int) -> Node:
         """For a difference's right side: members in any order (repeats allowed), the first required keys
         present, at least minProperties members; maxProperties not enforced."""
@@ -171,7 +208,8 @@ class ObjectKeywords(CompilerBase):
         if "propertyNames" not in schema:
             return None
         quoted = seq(lit('"'), string_content(python=self.syntax.python), lit('"'))
-        return (Intersect((quoted, self._compile(schema["propertyNames"], _ptr(path, "propertyNames")))),)
+        names = self._operand(lambda: self._compile(schema["propertyNames"], _ptr(path, "propertyNames")))
+        return (Intersect((quoted, names)),)
 
     def _pattern_keys(self, pattern: Any, path: str) -> tuple[Node, Node]:
         """(keys a patternProperties pattern surely matches, keys it may match), as string bodies."""
@@ -190,8 +228,9 @@ class ObjectKeywords(CompilerBase):
         names: tuple[Node] | None,
         extra: Any,
         pattern_keys: list[tuple[Node, Node]],
-    ) -> Node:
-        """`"key": value` for the keys outside `properties`, each with the schemas that govern it.
+    ) -> tuple[Node, Node]:
+        """`"key": value` for the keys outside `properties`, each with the schemas that govern it, and the quoted
+        keys those members take.
 
         Keys are split into regions by the patterns matching them. A pattern the regex readings may disagree on
         for a key (`\\w` and `é`) leaves that key out when positive (a subset), and imposes nothing on its
@@ -202,7 +241,7 @@ class ObjectKeywords(CompilerBase):
         neg = self._negative
         patterns = list(schema.get("patternProperties", {}).items())
         if extra is False and not patterns:  # a closed object (every tool call's): no key language to build
-            return NOTHING
+            return NOTHING, NOTHING
         universe = seq(lit('"'), _string_except(frozenset(declared), canonical=bool(patterns) or names is not None), lit('"'))
         if names is not None:
             universe = Intersect((universe, names[0]))
@@ -225,9 +264,10 @@ class ObjectKeywords(CompilerBase):
                     f"the patterns split keys into more than {MAX_KEY_REGIONS} regions",
                 )
         members: list[Node] = []
+        taken: list[Node] = []
         for matched, touched, keys in regions:
             if matched:
-                value = self._compile_all(
+                value = self._member(
                     [(patterns[i][1], _ptr(path, "patternProperties", patterns[i][0])) for i in matched], path
                 )
             elif touched:
@@ -235,10 +275,11 @@ class ObjectKeywords(CompilerBase):
             elif extra is False:
                 continue
             else:
-                value = self._compile(extra, _ptr(path, "additionalProperties"))
+                value = self._member([(extra, _ptr(path, "additionalProperties"))], path)
             if value != NOTHING:
                 members.append(seq(keys, lit(syn.key_sep), value))
-        return alt(*members)
+                taken.append(keys)
+        return alt(*members), alt(*taken)
 
     def _dependencies(self, schema: dict, path: str) -> list[tuple[str, str, Any]]:
         """(keyword, trigger property, required list or schema) for every dependency of an object schema."""
@@ -292,7 +333,8 @@ class ObjectKeywords(CompilerBase):
             if merged is not None:
                 cases.append(self._compile(merged, path))
             else:
-                cases.append(Intersect((self._compile(present, path), self._compile(value, _ptr(path, key, name)))))
+                cases.append(Intersect(self._operand(
+                    lambda: (self._compile(present, path), self._compile(value, _ptr(path, key, name))))))
         return alt(*cases)
 
 
