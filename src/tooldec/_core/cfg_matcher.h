@@ -262,6 +262,61 @@ struct Frame {
   bool alive() const { return set != DEAD_SET; }
 };
 
+// A sequence's memo of the parser's steps, (set, lexeme class) -> frame: open addressing in one array (a node
+// allocated per step was a tenth of a crossing walk), cleared when AFTER_MEMO_SIZE entries are held.
+class FrameMemo {
+ public:
+  const Frame* find(uint64_t key) const {
+    if (slots_.empty()) return nullptr;
+    const size_t mask = slots_.size() - 1;
+    for (size_t h = mix(key) & mask;; h = (h + 1) & mask) {
+      if (!slots_[h].used) return nullptr;
+      if (slots_[h].key == key) return &slots_[h].frame;
+    }
+  }
+  void put(uint64_t key, const Frame& f) {
+    if ((held_ + 1) * 2 > slots_.size()) {
+      if (held_ >= AFTER_MEMO_SIZE) {
+        std::fill(slots_.begin(), slots_.end(), Slot{});
+        held_ = 0;
+      } else {
+        grow();
+      }
+    }
+    const size_t mask = slots_.size() - 1;
+    for (size_t h = mix(key) & mask;; h = (h + 1) & mask) {
+      if (!slots_[h].used) {
+        slots_[h] = Slot{key, f, true};
+        ++held_;
+        return;
+      }
+      if (slots_[h].key == key) return;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t key = 0;
+    Frame frame;
+    bool used = false;
+  };
+  static size_t mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    return static_cast<size_t>(x ^ (x >> 33));
+  }
+  void grow() {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(std::max<size_t>(64, old.size() * 2), Slot{});
+    held_ = 0;
+    for (const Slot& s : old)
+      if (s.used) put(s.key, s.frame);
+  }
+  std::vector<Slot> slots_;
+  size_t held_ = 0;
+};
+
 class Matcher {
  public:
   explicit Matcher(std::shared_ptr<Compiled> c) : c_(std::move(c)) {
@@ -480,11 +535,9 @@ class Matcher {
   Frame after_lexeme(const Frame& f, int32_t cls) {
     if (cls == IGNORE_CLASS) return Frame{f.set, f.termset, f.lx, 1, f.accepting};
     const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(f.set)) << 32) | static_cast<uint32_t>(cls);
-    auto it = after_.find(key);
-    if (it != after_.end()) return it->second;
+    if (const Frame* got = after_.find(key)) return *got;
     const Frame nf = frame_of(parser_->advance(f.set, cls));
-    if (after_.size() >= AFTER_MEMO_SIZE) after_.clear();
-    after_.emplace(key, nf);
+    after_.put(key, nf);
     return nf;
   }
 
@@ -599,7 +652,7 @@ class Matcher {
   std::vector<uint8_t> ended_;
   // this sequence's own memo of the parser's steps (set, lexeme class) -> frame: the shared parser's answer
   // costs a lock and a lookup, and a mask's walk asks the same few questions at thousands of trie nodes
-  std::unordered_map<uint64_t, Frame> after_;
+  FrameMemo after_;
   std::vector<Frame> stack_;  // the crossing walk's frames by depth, kept between fills
 };
 

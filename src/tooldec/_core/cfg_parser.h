@@ -219,20 +219,22 @@ class Parser {
     auto pack = [](const Item& it) {
       return (static_cast<uint64_t>(static_cast<uint32_t>(it.pos)) << 32) | static_cast<uint32_t>(it.origin);
     };
-    std::vector<Item> kernel;
-    kernel.swap(out);
-    out.reserve(kernel.size() * 4);
+    // the closure grows in a scratch kept between closures (the set gets an exact copy), so a closure allocates
+    // its set's two arrays and nothing else
+    std::vector<Item>& kernel = out;
+    std::vector<Item>& closure = closure_;
+    closure.clear();
     auto add = [&](Item it) {
       if (seen_.insert(pack(it))) {
-        out.push_back(it);
-        if (static_cast<int64_t>(out.size()) > g_->max_items())
+        closure.push_back(it);
+        if (static_cast<int64_t>(closure.size()) > g_->max_items())
           throw GrammarTooLarge("an Earley set would exceed " + std::to_string(g_->max_items()) +
                                 " items (a highly ambiguous grammar on this input)");
       }
     };
     for (const Item& it : kernel) add(it);
-    for (size_t i = 0; i < out.size(); ++i) {
-      const Item it = out[i];
+    for (size_t i = 0; i < closure.size(); ++i) {
+      const Item it = closure[i];
       const int32_t key = g_->pos_key(it.pos);
       if (key == g_->end_key()) {
         if (it.origin == SELF) continue;  // nullable: moved over at prediction
@@ -252,26 +254,45 @@ class Parser {
         if (g_->nullable(N)) add({it.pos + 1, it.origin});
       }
     }
-    std::sort(out.begin(), out.end(), [&](const Item& a, const Item& b) {
-      const int32_t ka = g_->pos_key(a.pos), kb = g_->pos_key(b.pos);
-      if (ka != kb) return ka < kb;
-      if (a.pos != b.pos) return a.pos < b.pos;
-      return a.origin < b.origin;
-    });
+    // sorted by (key, pos, origin) through one packed word each where key and position fit 16 bits (a
+    // comparison that looks up both keys was a fifth of a closure), else by comparing items
+    std::vector<std::pair<uint64_t, int32_t>>& order = order_;
+    order.clear();
+    bool packed = true;
+    for (const Item& it : closure) {
+      const uint32_t key = static_cast<uint32_t>(g_->pos_key(it.pos)), pos = static_cast<uint32_t>(it.pos);
+      packed = packed && key < (1u << 16) && pos < (1u << 16);
+      order.emplace_back((static_cast<uint64_t>(key) << 48) | (static_cast<uint64_t>(pos) << 32) |
+                             static_cast<uint32_t>(it.origin + 1),
+                         it.origin);
+    }
+    if (packed) {
+      std::sort(order.begin(), order.end());
+      for (size_t i = 0; i < closure.size(); ++i)
+        closure[i] = Item{static_cast<int32_t>((order[i].first >> 32) & 0xFFFF), order[i].second};
+    } else {
+      std::sort(closure.begin(), closure.end(), [&](const Item& a, const Item& b) {
+        const int32_t ka = g_->pos_key(a.pos), kb = g_->pos_key(b.pos);
+        if (ka != kb) return ka < kb;
+        if (a.pos != b.pos) return a.pos < b.pos;
+        return a.origin < b.origin;
+      });
+    }
     uint64_t h = 1469598103934665603ULL;
-    for (const Item& it : out) h = (h ^ pack(it)) * 1099511628211ULL;
+    for (const Item& it : closure) h = (h ^ pack(it)) * 1099511628211ULL;
     auto head = intern_.emplace(h, -1).first;
     for (int32_t id = head->second; id >= 0; id = same_hash_[id]) {
       const auto& other = sets_[id]->items;
-      if (other.size() == out.size() &&
-          std::equal(other.begin(), other.end(), out.begin(),
+      if (other.size() == closure.size() &&
+          std::equal(other.begin(), other.end(), closure.begin(),
                      [](const Item& a, const Item& b) { return a.pos == b.pos && a.origin == b.origin; }))
         return id;
     }
     auto set = std::make_unique<EarleySet>();
-    set->items = std::move(out);
+    set->items.assign(closure.begin(), closure.end());
     set->keys.reserve(set->items.size());
-    std::vector<int32_t> expected;
+    std::vector<int32_t>& expected = expected_;
+    expected.clear();
     for (const Item& it : set->items) {
       const int32_t k = g_->pos_key(it.pos);
       set->keys.push_back(k);
@@ -324,7 +345,9 @@ class Parser {
   int32_t initial_ = 0;
   int64_t items_ = 0;
   // scratch of the closures, kept between them (the mutex is held while they are used)
-  std::vector<Item> kernel_;
+  std::vector<Item> kernel_, closure_;
+  std::vector<std::pair<uint64_t, int32_t>> order_;
+  std::vector<int32_t> expected_;
   ItemSet seen_;
   std::vector<int32_t> predicted_;  // per nonterminal, the stamp of the closure that predicted it
   int32_t stamp_ = 0;
