@@ -294,3 +294,32 @@ def test_lexeme_walks_shared_across_grammars_mask_as_fresh_ones(
     shared = warm.compile_schema(schema, use_cache=False)
     fresh = Compiler(PreparedVocab(bytelevel_vocab)).compile_schema(schema, use_cache=False)
     assert _masks(shared, tokens, bytelevel_vocab.size, brute=True) == _masks(fresh, tokens, bytelevel_vocab.size)
+
+
+BOUNDED_NUMBERS = {
+    "type": "object",
+    "properties": {"cpus": {"type": "number", "minimum": 0.5}, "mem": {"type": "number", "minimum": 2048}},
+    "required": ["cpus", "mem"],
+}
+
+
+def test_bounded_numbers_in_an_open_object_are_few_terminals(compiler: Compiler) -> None:
+    """A bounded number ends in many DFA states that all go on alike: one terminal for them, not one each."""
+    grammar = compiler.compile_schema(BOUNDED_NUMBERS, use_cache=False)
+    assert isinstance(grammar, CompiledCfg)
+    assert len(grammar.grammar.terminals) < 40
+
+
+@settings(max_examples=60, deadline=None)
+@given(cpus=st.floats(min_value=0.5, max_value=1e6, allow_nan=False), mem=st.integers(2048, 10**9),
+       frac=st.integers(0, 999))
+def test_bounded_numbers_in_an_open_object_accept_exactly(
+    compiler: Compiler, bytelevel_vocab: Vocabulary, cpus: float, mem: int, frac: int
+) -> None:
+    """Values at and above each bound are accepted, one below is not, and guided values validate."""
+    grammar = compiler.compile_schema(BOUNDED_NUMBERS)
+    for value, ok in (({"cpus": cpus, "mem": mem}, True), ({"cpus": cpus, "mem": float(f"{mem}.{frac}")}, True),
+                      ({"cpus": 0.4, "mem": mem}, False), ({"cpus": cpus, "mem": 2047}, False)):
+        assert feed(grammar.guide(), bytelevel_vocab.encode(text_of(value))) == ok, value
+    guide = random_walk(grammar.guide(), random.Random(mem), max_tokens=400, steer_after=40)
+    jsonschema.validate(guide.result(), BOUNDED_NUMBERS)

@@ -15,6 +15,7 @@ language of the rules, with no depth limit.
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Sequence
 
@@ -244,6 +245,8 @@ class _Rule:
         except _core.AutomatonTooLarge as exc:
             raise NotTokenizable(f"{exc} (rule {self.index})") from None
         walk = _Walk(size, src, cls, dst)
+        if kind == "word":
+            landings = self._merged_word_landings(landings)
         out = []
         for land, stops, members in landings:
             automaton = walk.automaton(stops, members, classes, len(reps), kind)
@@ -251,6 +254,29 @@ class _Rule:
                 raise NotTokenizable(f"a {kind} token of {len(automaton[0]):,} states, past the lexer's "
                                      f"{MAX_TERMINAL_STATES:,} (rule {self.index})")
             out.append((self.terminals.add(automaton, f"{kind}@{self.index}"), land))
+        return out
+
+    def _merged_word_landings(
+        self, landings: list[tuple[int, np.ndarray, np.ndarray]]
+    ) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """Word landings whose futures are one, merged into the first of them: after a word only a byte that is
+        not a word byte may follow, so landings alike on those bytes and in acceptance lead on alike (a bounded
+        number's DFA ends its digits in hundreds of states that all go on to the same `,` or `}`; as hundreds of
+        terminals they made a lexer of hundreds of live terminals at every value)."""
+        non_word = np.unique(self._classes[[b for b in range(256) if b not in WORD]])
+        groups: dict[bytes, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+        for landing in landings:
+            land = landing[0]
+            key = self._trans[land, non_word].tobytes() + bytes([bool(self.dfa.accepting[land])])
+            groups.setdefault(key, []).append(landing)
+        out = []
+        for group in groups.values():
+            if len(group) == 1:
+                out.append(group[0])
+                continue
+            stops = np.unique(np.concatenate([g[1] for g in group]), axis=0)
+            members = functools.reduce(np.union1d, (g[2] for g in group))
+            out.append((group[0][0], stops, members))
         return out
 
     def _modes(self, kind: str) -> np.ndarray:
