@@ -269,7 +269,7 @@ class FrameMemo {
   const Frame* find(uint64_t key) const {
     if (slots_.empty()) return nullptr;
     const size_t mask = slots_.size() - 1;
-    for (size_t h = mix(key) & mask;; h = (h + 1) & mask) {
+    for (size_t h = mix64(key) & mask;; h = (h + 1) & mask) {
       if (!slots_[h].used) return nullptr;
       if (slots_[h].key == key) return &slots_[h].frame;
     }
@@ -284,7 +284,7 @@ class FrameMemo {
       }
     }
     const size_t mask = slots_.size() - 1;
-    for (size_t h = mix(key) & mask;; h = (h + 1) & mask) {
+    for (size_t h = mix64(key) & mask;; h = (h + 1) & mask) {
       if (!slots_[h].used) {
         slots_[h] = Slot{key, f, true};
         ++held_;
@@ -300,11 +300,6 @@ class FrameMemo {
     Frame frame;
     bool used = false;
   };
-  static size_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    return static_cast<size_t>(x ^ (x >> 33));
-  }
   void grow() {
     std::vector<Slot> old;
     old.swap(slots_);

@@ -42,7 +42,7 @@ class ItemSet {
   bool insert(uint64_t x) {
     if ((used_.size() + 1) * 2 > slots_.size()) grow();
     const size_t mask = slots_.size() - 1;
-    for (size_t h = mix(x) & mask;; h = (h + 1) & mask) {
+    for (size_t h = mix64(x) & mask;; h = (h + 1) & mask) {
       if (slots_[h] == x) return false;
       if (slots_[h] == EMPTY) {
         slots_[h] = x;
@@ -54,11 +54,6 @@ class ItemSet {
 
  private:
   static constexpr uint64_t EMPTY = ~0ULL;  // no item packs to it: a position is never -1
-  static size_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    return static_cast<size_t>(x ^ (x >> 33));
-  }
   void grow() {
     std::vector<uint64_t> held;
     held.reserve(used_.size());

@@ -93,6 +93,14 @@ struct SigHash {
   }
 };
 
+// A 64-bit key spread over its low bits (murmur3's finalizer, one round): the open-addressing tables of the
+// context-free parser and matcher index by it.
+inline size_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  return static_cast<size_t>(x ^ (x >> 33));
+}
+
 // Set bits of a word, inline: without -mpopcnt (not in baseline x86-64) __builtin_popcount is a libgcc call, and a
 // dense mask counts 4,000 words.
 inline int popcount32(uint32_t x) {
