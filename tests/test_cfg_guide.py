@@ -181,6 +181,25 @@ def test_deep_nesting_needs_no_recursion(byte_vocab: Vocabulary) -> None:
     assert guide.accept_bytes(b"]" * depth) == depth and guide.is_accepting()
 
 
+def test_parser_sets_are_interned_and_shared_by_guides(byte_vocab: Vocabulary) -> None:
+    """A repeated structure reaches the same Earley sets again, and a second guide reuses the first one's sets."""
+    compiled = Compiler(byte_vocab).compile_grammar('start: item+\nitem: "a" | "(" item+ ")"\n')
+    first = compiled.guide()
+    assert first.accept_bytes(b"aaaa") == 4
+    few = compiled.core.num_sets
+    assert first.accept_bytes(b"a" * 500) == 500
+    assert compiled.core.num_sets == few
+    assert first.accept_bytes(b"((a)(a))" * 3) == 24
+    made = compiled.core.num_sets
+    second = compiled.guide()
+    assert second.accept_bytes(b"aaaa" + b"((a)(a))" * 3) == 28
+    assert compiled.core.num_sets == made
+    third = compiled.guide()
+    assert third.accept_bytes(b"(" * 300) == 300
+    assert compiled.core.num_sets >= made + 300  # each depth its own set: nothing merged that differs
+    assert third.accept_bytes(b"a" + b")" * 300) == 301 and third.is_accepting()
+
+
 def test_gbnf_guides_like_its_lark_twin(byte_vocab: Vocabulary) -> None:
     compiled = Compiler(byte_vocab).compile_grammar(ARITH_GBNF, "gbnf")
     parser = lark.Lark(ARITH_GBNF_AS_LARK, parser="earley", lexer="dynamic_complete")

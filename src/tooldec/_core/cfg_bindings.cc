@@ -164,7 +164,8 @@ void register_cfg(py::module_& m) {
            py::arg("ignore"), py::arg("n_nonterminals"), py::arg("rule_lhs"), py::arg("rule_ptr"), py::arg("rule_rhs"),
            py::arg("start"), py::arg("use_priorities") = true, py::arg("max_items") = 1'000'000)
       .def_property_readonly("num_lexers", [](Compiled& c) { return c.grammar().num_lexers(); })
-      .def_property_readonly("num_walks", [](Compiled& c) { return c.grammar().num_walks(); });
+      .def_property_readonly("num_walks", [](Compiled& c) { return c.grammar().num_walks(); })
+      .def_property_readonly("num_sets", &Compiled::num_sets);
   py::class_<Matcher>(m, "CfgMatcher")
       .def(py::init<std::shared_ptr<Compiled>>(), py::arg("grammar"))
       .def("reset", &Matcher::reset)

@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common.h"
@@ -183,10 +184,12 @@ class Grammar {
   int32_t aug_start() const { return aug_start_; }
   int32_t n_nonterminals() const { return n_nt_; }
   int64_t max_items() const { return max_items_; }
-  // The terminals of lexeme class c (a copy: classes grow while lexers are built).
-  std::vector<int32_t> class_terminals(int32_t c) const {
+  // The terminals of lexeme class c (pointer and count). A class's list never changes once made, and its
+  // buffer stays where it is when the table of classes grows (a move keeps it), so the pointer stays valid.
+  std::pair<const int32_t*, size_t> class_terms(int32_t c) const {
     std::lock_guard<std::mutex> lock(mutex_);
-    return classes_.at(c);
+    const std::vector<int32_t>& terms = classes_.at(c);
+    return {terms.data(), terms.size()};
   }
 
   // The id of a termset (expected terminals, ascending; its lexer adds the ignored ones), interned.

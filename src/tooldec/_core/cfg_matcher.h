@@ -85,6 +85,11 @@ class Compiled {
 
   Grammar& grammar() { return *g_; }
   const Vocab& vocab() const { return *v_; }
+  // Earley sets the current parser holds (every guide of this generation shares them).
+  int64_t num_sets() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return parser_->num_sets();
+  }
   const std::vector<int64_t>& term_dist(int32_t t) const { return term_dist_[t]; }
 
  private:
@@ -262,54 +267,34 @@ struct Frame {
   bool alive() const { return set != DEAD_SET; }
 };
 
-// A sequence's memo of the parser's steps, (set, lexeme class) -> frame: open addressing in one array (a node
-// allocated per step was a tenth of a crossing walk), cleared when AFTER_MEMO_SIZE entries are held.
+// A sequence's memo of the parser's steps, (set, lexeme class) -> frame: per set, the chain of its answers (a
+// set is asked about a few classes), kept in blocks that never move (a hash table's rehash of thousands of
+// entries was one slow step); cleared when AFTER_MEMO_SIZE answers are held.
 class FrameMemo {
  public:
-  const Frame* find(uint64_t key) const {
-    if (slots_.empty()) return nullptr;
-    const size_t mask = slots_.size() - 1;
-    for (size_t h = mix64(key) & mask;; h = (h + 1) & mask) {
-      if (!slots_[h].used) return nullptr;
-      if (slots_[h].key == key) return &slots_[h].frame;
-    }
+  const Frame* find(int32_t set, int32_t cls) const {
+    if (static_cast<size_t>(set) >= head_.size()) return nullptr;
+    for (int32_t e = head_[set]; e >= 0; e = answers_[e].next)
+      if (answers_[e].cls == cls) return &answers_[e].frame;
+    return nullptr;
   }
-  void put(uint64_t key, const Frame& f) {
-    if ((held_ + 1) * 2 > slots_.size()) {
-      if (held_ >= AFTER_MEMO_SIZE) {
-        std::fill(slots_.begin(), slots_.end(), Slot{});
-        held_ = 0;
-      } else {
-        grow();
-      }
+  void put(int32_t set, int32_t cls, const Frame& f) {
+    if (answers_.size() >= static_cast<int64_t>(AFTER_MEMO_SIZE)) {
+      std::fill(head_.begin(), head_.end(), -1);
+      answers_.clear();
     }
-    const size_t mask = slots_.size() - 1;
-    for (size_t h = mix64(key) & mask;; h = (h + 1) & mask) {
-      if (!slots_[h].used) {
-        slots_[h] = Slot{key, f, true};
-        ++held_;
-        return;
-      }
-      if (slots_[h].key == key) return;
-    }
+    if (static_cast<size_t>(set) >= head_.size())
+      head_.resize(std::max(static_cast<size_t>(set) + 1, head_.size() * 2), -1);
+    head_[set] = static_cast<int32_t>(answers_.push_back(Answer{cls, head_[set], f}));
   }
 
  private:
-  struct Slot {
-    uint64_t key = 0;
+  struct Answer {
+    int32_t cls = 0, next = -1;
     Frame frame;
-    bool used = false;
   };
-  void grow() {
-    std::vector<Slot> old;
-    old.swap(slots_);
-    slots_.assign(std::max<size_t>(64, old.size() * 2), Slot{});
-    held_ = 0;
-    for (const Slot& s : old)
-      if (s.used) put(s.key, s.frame);
-  }
-  std::vector<Slot> slots_;
-  size_t held_ = 0;
+  std::vector<int32_t> head_;  // per set id, its newest answer (or -1)
+  BlockVector<Answer> answers_;
 };
 
 class Matcher {
@@ -529,10 +514,9 @@ class Matcher {
   // the next lexeme starts.
   Frame after_lexeme(const Frame& f, int32_t cls) {
     if (cls == IGNORE_CLASS) return Frame{f.set, f.termset, f.lx, 1, f.accepting};
-    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(f.set)) << 32) | static_cast<uint32_t>(cls);
-    if (const Frame* got = after_.find(key)) return *got;
+    if (const Frame* got = after_.find(f.set, cls)) return *got;
     const Frame nf = frame_of(parser_->advance(f.set, cls));
-    after_.put(key, nf);
+    after_.put(f.set, cls, nf);
     return nf;
   }
 

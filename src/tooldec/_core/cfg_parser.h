@@ -1,9 +1,11 @@
 // The Earley parser over lexemes, with every Earley set interned: an item's origin is the id of an earlier set
 // (or SELF, this set), so a set's content identifies the whole parse that matters for what may follow, and two
 // sequences (or one sequence twice, in a repeated structure) that reach the same set share everything cached
-// for it. Sets are immutable once made; a parse state is one set id. Scanning a lexeme is memoized per
-// (set, lexeme class). Nullable symbols follow Aycock and Horspool: predicting a nullable symbol also moves
-// the dot over it, so completions never look into the set being built.
+// for it. A set keeps only its items that wait on a symbol (and whether the parse may end there): completed
+// items are spent once the closure has made their completions. Sets are immutable once made, their items in
+// an arena that never moves; a parse state is one set id. Scanning a lexeme is memoized per (set, lexeme
+// class). Nullable symbols follow Aycock and Horspool: predicting a nullable symbol also moves the dot over it,
+// so completions never look into the set being built.
 //
 // One Parser serves every guide of a compiled grammar and is safe across threads (one mutex). Its sets are kept
 // while it lives; the owner starts a fresh Parser for new guides once this one holds too many items.
@@ -14,7 +16,8 @@
 #include <limits>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cfg_grammar.h"
@@ -66,12 +69,18 @@ class ItemSet {
   std::vector<uint32_t> used_;
 };
 
+// One item of an interned set, with the key of the symbol after its dot (the set's sort order).
+struct Entry {
+  int32_t key, pos, origin;
+};
+
 struct EarleySet {
-  std::vector<Item> items;   // sorted by (key of the symbol after the dot, pos, origin)
-  std::vector<int32_t> keys;  // the key of each item, alongside
+  const Entry* entries = nullptr;  // sorted by (key, pos, origin); in the parser's arena, never moved
+  int32_t size = 0;
   int32_t termset = -1;
+  int32_t scans = -1;  // the first of this set's memoized scans (a chain of Parser::Scan)
   bool accepting = false;
-  std::vector<int64_t> up;  // per nonterminal: fewest bytes to finish the parse once it completes from here
+  uint64_t hash = 0;  // of its items, for the intern table
 };
 
 // What a step needs to know of a set.
@@ -85,13 +94,8 @@ class Parser {
  public:
   Parser(std::shared_ptr<Grammar> g, std::vector<int64_t> term_minlen)
       : g_(std::move(g)), term_minlen_(std::move(term_minlen)) {
-    // room for a long text's sets up front: a rehash of thousands of entries is a step's worth of time
-    memo_.reserve(4096);
-    intern_.reserve(4096);
-    sets_.reserve(4096);
-    same_hash_.reserve(4096);
-    sets_.push_back(std::make_unique<EarleySet>());  // the dead set
-    same_hash_.push_back(-1);
+    sets_.push_back(EarleySet{});  // the dead set
+    intern_.assign(1024, -1);
     nt_minlen_ = nonterminal_minlen();
     std::lock_guard<std::mutex> lock(mutex_);
     std::vector<Item> kernel{{g_->aug_start(), SELF}};
@@ -105,26 +109,21 @@ class Parser {
 
   // The set after scanning a lexeme of class `cls` (its terminals) in set `s`; DEAD_SET when none is expected.
   SetInfo advance(int32_t s, int32_t cls) {
-    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(s)) << 32) | static_cast<uint32_t>(cls);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = memo_.find(key);
-      if (it != memo_.end()) return info_locked(it->second);
-    }
-    const std::vector<int32_t> terms = g_->class_terminals(cls);
     std::lock_guard<std::mutex> lock(mutex_);
-    const EarleySet& from = *sets_.at(s);
+    if (s < 0 || s >= sets_.size()) throw std::out_of_range("no Earley set " + std::to_string(s));
+    for (int32_t e = sets_[s].scans; e >= 0; e = scans_[e].next)
+      if (scans_[e].cls == cls) return info_locked(scans_[e].to);
+    const auto [terms, n_terms] = g_->class_terms(cls);
+    const EarleySet& from = sets_[s];
     std::vector<Item>& kernel = kernel_;
     kernel.clear();
-    for (int32_t t : terms) {
-      auto [lo, hi] = std::equal_range(from.keys.begin(), from.keys.end(), t);
-      for (auto k = lo; k != hi; ++k) {
-        const Item& it = from.items[k - from.keys.begin()];
-        kernel.push_back({it.pos + 1, it.origin == SELF ? s : it.origin});
-      }
+    for (size_t i = 0; i < n_terms; ++i) {
+      const auto [lo, hi] = with_key(from, terms[i]);
+      for (const Entry* k = lo; k != hi; ++k) kernel.push_back({k->pos + 1, k->origin == SELF ? s : k->origin});
     }
     const int32_t id = kernel.empty() ? DEAD_SET : close_and_intern(kernel);
-    memo_.emplace(key, id);
+    EarleySet& at = sets_[s];
+    at.scans = static_cast<int32_t>(scans_.push_back(Scan{cls, id, at.scans}));
     return info_locked(id);
   }
 
@@ -133,18 +132,19 @@ class Parser {
   // nullptr: then every expected terminal's whole minimal length counts.
   int64_t distance(int32_t s, const std::vector<int64_t>* t_rest) {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (; up_done_ <= s; ++up_done_) sets_[up_done_]->up = up_table(*sets_[up_done_]);
-    const EarleySet& set = *sets_.at(s);
+    if (s < 0 || s >= sets_.size()) throw std::out_of_range("no Earley set " + std::to_string(s));
+    while (static_cast<int64_t>(up_.size()) <= s) up_.push_back(up_table(static_cast<int32_t>(up_.size())));
+    const EarleySet& set = sets_[s];
     const int32_t nt = g_->n_terminals();
     int64_t best = set.accepting && t_rest == nullptr ? 0 : UNREACHABLE;
-    for (size_t i = 0; i < set.items.size(); ++i) {
-      const Item& it = set.items[i];
-      const int32_t k = set.keys[i];
+    for (int32_t i = 0; i < set.size; ++i) {
+      const Entry& it = set.entries[i];
+      const int32_t k = it.key;
       if (t_rest != nullptr && k >= nt) break;  // only items waiting on the lexeme's terminal move
       if (t_rest != nullptr && (*t_rest)[k] >= UNREACHABLE) continue;
       const int64_t first = t_rest != nullptr ? (*t_rest)[k] : 0;
       const int32_t from = t_rest != nullptr ? it.pos + 1 : it.pos;
-      const int64_t up = up_of(it.origin == SELF ? s : it.origin, g_->pos_lhs(it.pos), set, s);
+      const int64_t up = up_of(it.origin == SELF ? s : it.origin, g_->pos_lhs(it.pos));
       best = std::min(best, sat(first + rest(from) + up));
     }
     return best;
@@ -152,7 +152,7 @@ class Parser {
 
   int64_t num_sets() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return static_cast<int64_t>(sets_.size());
+    return sets_.size();
   }
   int64_t num_items() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -160,10 +160,42 @@ class Parser {
   }
 
  private:
+  // A memoized scan: set --lexeme of class cls--> set `to`; `next` is the set's next scan (or -1).
+  struct Scan {
+    int32_t cls, to, next;
+  };
+
+  // The sets' entries, in blocks that never move; a set's entries are contiguous in one block. A block is left
+  // uninitialized until written, so a parser that makes few sets touches little memory.
+  class EntryArena {
+   public:
+    Entry* allocate(size_t n) {
+      if (blocks_.empty() || used_ + n > cap_) {
+        cap_ = std::max(BLOCK, n);
+        blocks_.push_back(std::unique_ptr<Entry[]>(new Entry[cap_]));
+        used_ = 0;
+      }
+      Entry* p = blocks_.back().get() + used_;
+      used_ += n;
+      return p;
+    }
+
+   private:
+    static constexpr size_t BLOCK = size_t{1} << 12;
+    std::vector<std::unique_ptr<Entry[]>> blocks_;
+    size_t used_ = 0, cap_ = 0;
+  };
+
   static int64_t sat(int64_t x) { return std::min(x, UNREACHABLE); }
 
+  // The entries of set s whose key is `key`.
+  static std::pair<const Entry*, const Entry*> with_key(const EarleySet& s, int32_t key) {
+    return std::equal_range(s.entries, s.entries + s.size, Entry{key, 0, 0},
+                            [](const Entry& a, const Entry& b) { return a.key < b.key; });
+  }
+
   SetInfo info_locked(int32_t id) const {
-    const EarleySet& s = *sets_[id];
+    const EarleySet& s = sets_[id];
     return {id, s.termset, s.accepting};
   }
 
@@ -178,10 +210,9 @@ class Parser {
     return key < nt ? term_minlen_[key] : nt_minlen_[key - nt];
   }
 
-  // U(origin, N) where `origin` may be the set being examined (`self_set`, id `self_id`).
-  int64_t up_of(int32_t origin, int32_t lhs, const EarleySet& self_set, int32_t self_id) const {
-    const EarleySet& o = origin == self_id ? self_set : *sets_[origin];
-    return o.up.empty() ? UNREACHABLE : o.up[lhs];
+  // U(origin, N): read from the origin's table (made before any later set's).
+  int64_t up_of(int32_t origin, int32_t lhs) const {
+    return up_[static_cast<size_t>(origin)].empty() ? UNREACHABLE : up_[static_cast<size_t>(origin)][lhs];
   }
 
   std::vector<int64_t> nonterminal_minlen() const {
@@ -205,6 +236,17 @@ class Parser {
     return out;
   }
 
+  // The intern table twice as large, every set placed again by its hash.
+  void grow_intern() {
+    intern_.assign(intern_.size() * 2, -1);
+    const size_t mask = intern_.size() - 1;
+    for (int64_t id = 1; id < sets_.size(); ++id) {
+      size_t h = mix64(sets_[id].hash) & mask;
+      while (intern_[h] >= 0) h = (h + 1) & mask;
+      intern_[h] = static_cast<int32_t>(id);
+    }
+  }
+
   // Earley closure of a kernel (predict, complete), then the set's summary, interned. Caller holds the mutex.
   int32_t close_and_intern(std::vector<Item>& out) {
     const int32_t nt = g_->n_terminals();
@@ -214,8 +256,8 @@ class Parser {
     auto pack = [](const Item& it) {
       return (static_cast<uint64_t>(static_cast<uint32_t>(it.pos)) << 32) | static_cast<uint32_t>(it.origin);
     };
-    // the closure grows in a scratch kept between closures (the set gets an exact copy), so a closure allocates
-    // its set's two arrays and nothing else
+    // the closure grows in a scratch kept between closures (the set gets an exact copy in the arena), so a
+    // closure allocates nothing
     std::vector<Item>& kernel = out;
     std::vector<Item>& closure = closure_;
     closure.clear();
@@ -233,13 +275,8 @@ class Parser {
       const int32_t key = g_->pos_key(it.pos);
       if (key == g_->end_key()) {
         if (it.origin == SELF) continue;  // nullable: moved over at prediction
-        const EarleySet& o = *sets_[it.origin];
-        const int32_t want = nt + g_->pos_lhs(it.pos);
-        auto [lo, hi] = std::equal_range(o.keys.begin(), o.keys.end(), want);
-        for (auto k = lo; k != hi; ++k) {
-          const Item& w = o.items[k - o.keys.begin()];
-          add({w.pos + 1, w.origin == SELF ? it.origin : w.origin});
-        }
+        const auto [lo, hi] = with_key(sets_[it.origin], nt + g_->pos_lhs(it.pos));
+        for (const Entry* w = lo; w != hi; ++w) add({w->pos + 1, w->origin == SELF ? it.origin : w->origin});
       } else if (key >= nt) {
         const int32_t N = key - nt;
         if (predicted_[N] != stamp) {
@@ -249,6 +286,18 @@ class Parser {
         if (g_->nullable(N)) add({it.pos + 1, it.origin});
       }
     }
+    // a completed item has done its work (its completions are in the closure), and nothing looks it up again:
+    // the set keeps only the items that wait on a symbol, so that sets differing only in the origins of what
+    // just completed (each item of a list, each digit) are one set
+    bool accepting = false;
+    size_t waiting = 0;
+    for (const Item& it : closure) {
+      if (g_->pos_key(it.pos) != g_->end_key())
+        closure[waiting++] = it;
+      else if (it.pos == g_->aug_start() + 1)
+        accepting = true;
+    }
+    closure.resize(waiting);
     // sorted by (key, pos, origin) through one packed word each where key and position fit 16 bits (a
     // comparison that looks up both keys was a fifth of a closure), else by comparing items
     std::vector<std::pair<uint64_t, int32_t>>& order = order_;
@@ -273,53 +322,59 @@ class Parser {
         return a.origin < b.origin;
       });
     }
-    uint64_t h = 1469598103934665603ULL;
+    uint64_t h = accepting ? 1469598103934665603ULL : 7809847782465536322ULL;
     for (const Item& it : closure) h = (h ^ pack(it)) * 1099511628211ULL;
-    auto head = intern_.emplace(h, -1).first;
-    for (int32_t id = head->second; id >= 0; id = same_hash_[id]) {
-      const auto& other = sets_[id]->items;
-      if (other.size() == closure.size() &&
-          std::equal(other.begin(), other.end(), closure.begin(),
-                     [](const Item& a, const Item& b) { return a.pos == b.pos && a.origin == b.origin; }))
-        return id;
+    if (static_cast<size_t>(sets_.size()) * 2 > intern_.size()) grow_intern();
+    const size_t mask = intern_.size() - 1;
+    size_t slot = mix64(h) & mask;
+    for (; intern_[slot] >= 0; slot = (slot + 1) & mask) {
+      const EarleySet& other = sets_[intern_[slot]];
+      if (other.hash == h && other.accepting == accepting && static_cast<size_t>(other.size) == closure.size() &&
+          std::equal(closure.begin(), closure.end(), other.entries,
+                     [](const Item& a, const Entry& b) { return a.pos == b.pos && a.origin == b.origin; }))
+        return intern_[slot];
     }
-    auto set = std::make_unique<EarleySet>();
-    set->items.assign(closure.begin(), closure.end());
-    set->keys.reserve(set->items.size());
+    EarleySet set;
+    set.accepting = accepting;
+    Entry* entries = arena_.allocate(closure.size());
     std::vector<int32_t>& expected = expected_;
     expected.clear();
-    for (const Item& it : set->items) {
+    for (size_t i = 0; i < closure.size(); ++i) {
+      const Item& it = closure[i];
       const int32_t k = g_->pos_key(it.pos);
-      set->keys.push_back(k);
+      entries[i] = Entry{k, it.pos, it.origin};
       if (k < nt && (expected.empty() || expected.back() != k)) expected.push_back(k);
-      if (it.pos == g_->aug_start() + 1) set->accepting = true;
     }
-    set->termset = g_->termset(expected);
+    set.entries = entries;
+    set.size = static_cast<int32_t>(closure.size());
+    set.hash = h;
+    set.termset = g_->termset(expected);
     const int32_t id = static_cast<int32_t>(sets_.size());
-    items_ += static_cast<int64_t>(set->items.size());
-    sets_.push_back(std::move(set));
-    same_hash_.push_back(head->second);
-    head->second = id;
+    items_ += set.size;
+    sets_.push_back(set);
+    intern_[slot] = id;
     return id;
   }
 
-  // U(S, N) for every nonterminal N of a new set S: the fewest bytes that finish the parse once N completes
+  // U(S, N) for every nonterminal N of set S (id s): the fewest bytes that finish the parse once N completes
   // with origin S. Items with origin SELF make it a shortest-path problem inside S (Bellman-Ford over them);
   // the others read their (earlier) origin's table.
-  std::vector<int64_t> up_table(const EarleySet& s) const {
+  std::vector<int64_t> up_table(int32_t id) const {
+    const EarleySet& s = sets_[id];
     const int32_t nt = g_->n_terminals();
     std::vector<int64_t> up(g_->n_nonterminals(), UNREACHABLE);
+    if (s.size == 0) return up;
     // the augmented start's item lives in the first set only: the parse ends when it completes from there
-    if (std::any_of(s.items.begin(), s.items.end(), [&](const Item& it) { return it.pos == g_->aug_start(); }))
+    if (std::any_of(s.entries, s.entries + s.size, [&](const Entry& it) { return it.pos == g_->aug_start(); }))
       up[g_->n_nonterminals() - 1] = 0;
     for (bool changed = true; changed;) {
       changed = false;
-      for (size_t i = 0; i < s.items.size(); ++i) {
-        const int32_t k = s.keys[i];
+      for (int32_t i = 0; i < s.size; ++i) {
+        const Entry& it = s.entries[i];
+        const int32_t k = it.key;
         if (k < nt || k == g_->end_key()) continue;
-        const Item& it = s.items[i];
         const int32_t lhs = g_->pos_lhs(it.pos);
-        const int64_t above = it.origin == SELF ? up[lhs] : (sets_[it.origin]->up.empty() ? UNREACHABLE : sets_[it.origin]->up[lhs]);
+        const int64_t above = it.origin == SELF ? up[lhs] : up_of(it.origin, lhs);
         const int64_t c = sat(rest(it.pos + 1) + above);
         if (c < up[k - nt]) {
           up[k - nt] = c;
@@ -333,10 +388,10 @@ class Parser {
   std::shared_ptr<Grammar> g_;
   std::vector<int64_t> term_minlen_, nt_minlen_;
   std::mutex mutex_;
-  std::vector<std::unique_ptr<EarleySet>> sets_;
-  std::unordered_map<uint64_t, int32_t> intern_;  // content hash -> the newest set with it
-  std::vector<int32_t> same_hash_;                 // per set, the next older set of its hash (or -1)
-  std::unordered_map<uint64_t, int32_t> memo_;
+  BlockVector<EarleySet> sets_;
+  EntryArena arena_;
+  std::vector<int32_t> intern_;  // open addressing over set ids by their hash (-1: empty), at most half full
+  BlockVector<Scan> scans_;
   int32_t initial_ = 0;
   int64_t items_ = 0;
   // scratch of the closures, kept between them (the mutex is held while they are used)
@@ -346,9 +401,9 @@ class Parser {
   ItemSet seen_;
   std::vector<int32_t> predicted_;  // per nonterminal, the stamp of the closure that predicted it
   int32_t stamp_ = 0;
-  // sets below this id have their `up` table: made on demand (only sampling asks for distances), in id order,
-  // since a set's table reads its origins', which are older
-  int32_t up_done_ = 0;
+  // per set (by id), its `up` table: made on demand (only sampling asks for distances), in id order, since a
+  // set's table reads its origins', which are older
+  std::vector<std::vector<int64_t>> up_;
 };
 
 }  // namespace tooldec::cfg

@@ -8,9 +8,11 @@
 // and it checks every argument before any of this runs.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -100,6 +102,43 @@ inline size_t mix64(uint64_t x) {
   x *= 0xff51afd7ed558ccdULL;
   return static_cast<size_t>(x ^ (x >> 33));
 }
+
+// An append-only sequence kept in fixed blocks of 2^SHIFT elements: an element never moves once added, and
+// growing never copies what is there (a vector's doubling copy of thousands of entries showed as one slow step
+// in the parser's tables).
+template <class T, int SHIFT = 10>
+class BlockVector {
+ public:
+  BlockVector() = default;
+  BlockVector(BlockVector&&) noexcept = default;
+  BlockVector& operator=(BlockVector&&) noexcept = default;
+  BlockVector(const BlockVector& o) : n_(o.n_) {
+    for (size_t b = 0; b < o.blocks_.size(); ++b) {
+      blocks_.push_back(std::make_unique<T[]>(size_t{1} << SHIFT));
+      std::copy(o.blocks_[b].get(), o.blocks_[b].get() + (size_t{1} << SHIFT), blocks_[b].get());
+    }
+  }
+  BlockVector& operator=(const BlockVector& o) {
+    if (this != &o) *this = BlockVector(o);
+    return *this;
+  }
+  int64_t size() const { return n_; }
+  T& operator[](int64_t i) { return blocks_[static_cast<size_t>(i >> SHIFT)][i & MASK]; }
+  const T& operator[](int64_t i) const { return blocks_[static_cast<size_t>(i >> SHIFT)][i & MASK]; }
+  // Adds x at the end; its index.
+  int64_t push_back(const T& x) {
+    if (static_cast<size_t>(n_ >> SHIFT) == blocks_.size()) blocks_.push_back(std::make_unique<T[]>(size_t{1} << SHIFT));
+    (*this)[n_] = x;
+    return n_++;
+  }
+  // Empty again; the blocks are kept for what comes next.
+  void clear() { n_ = 0; }
+
+ private:
+  static constexpr int64_t MASK = (int64_t{1} << SHIFT) - 1;
+  std::vector<std::unique_ptr<T[]>> blocks_;
+  int64_t n_ = 0;
+};
 
 // Set bits of a word, inline: without -mpopcnt (not in baseline x86-64) __builtin_popcount is a libgcc call, and a
 // dense mask counts 4,000 words.
