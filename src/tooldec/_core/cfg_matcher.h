@@ -118,17 +118,15 @@ class Compiled {
     auto w = std::make_shared<LexemeWalk>();
     std::vector<uint32_t> bits(static_cast<size_t>(v.words()), 0);
     std::vector<uint8_t> again;  // the first bytes whose subtrees are walked from q
-    const int32_t m = patch_base(lx, q);
+    const int32_t m = patch_base(lx, q, again);
     if (m != 0) {
       auto base = lexeme_walk(lx, m);
       const LexemeWalk& bw = *base->walk;
       if (!bw.inside.empty()) std::copy(bw.inside.begin(), bw.inside.end(), bits.begin());
       std::vector<uint8_t> differs(256, 0);
-      for (int b = 0; b < 256; ++b) {
+      for (uint8_t b : again) {
         const int32_t r = v.root_[b];
-        if (r < 0 || !differs_below(lx, q, m, static_cast<uint8_t>(b))) continue;
         differs[b] = 1;
-        again.push_back(static_cast<uint8_t>(b));
         for (int32_t j = v.tok_ptr_[r]; j < v.tok_ptr_[v.node_end_[r]]; ++j) bits[v.tok_[j] >> 5] &= ~(1u << (v.tok_[j] & 31));
       }
       for (size_t i = 0; i < bw.exit_node.size(); ++i) {
@@ -178,8 +176,9 @@ class Compiled {
   // The state whose walk q's can be patched from (see walk_vocab), or 0: the state m that the first bytes of at
   // least half of the vocabulary's tokens lead q to, where those bytes lead m to itself, and the first bytes
   // that walk differently from q than from m start at most a quarter of the tokens. A base never has a base of
-  // its own (its other states take under half of the tokens), so patching never chains.
-  int32_t patch_base(const Lexer* lx, int32_t q) const {
+  // its own (its other states take under half of the tokens), so patching never chains. With a base, `differ`
+  // gets those first bytes (the subtrees to walk again); without one it is left empty.
+  int32_t patch_base(const Lexer* lx, int32_t q, std::vector<uint8_t>& differ) const {
     const Vocab& v = *v_;
     std::unordered_map<int32_t, int64_t> weight;
     int64_t total = 0;
@@ -202,9 +201,13 @@ class Compiled {
     int64_t other = 0;
     for (int b = 0; b < 256; ++b) {
       const int32_t r = v.root_[b];
-      if (r >= 0 && differs_below(lx, q, m, static_cast<uint8_t>(b))) other += v.tok_ptr_[v.node_end_[r]] - v.tok_ptr_[r];
+      if (r < 0 || !differs_below(lx, q, m, static_cast<uint8_t>(b))) continue;
+      other += v.tok_ptr_[v.node_end_[r]] - v.tok_ptr_[r];
+      differ.push_back(static_cast<uint8_t>(b));
     }
-    return other * 4 <= total ? m : 0;
+    if (other * 4 <= total) return m;
+    differ.clear();
+    return 0;
   }
 
   // Whether the subtree of first byte b may walk differently from q than from m: their states after b differ,
