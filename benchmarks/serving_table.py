@@ -19,12 +19,13 @@ the system message and in `tools`, calls checked against its schema, BFCL AST-ch
 wall seconds of the level, invalid calls, lost requests (no answer in `--timeout` s, a broken connection) and 5xx
 apart, BFCL-correct, the 1-minute load at the level's start and end, the time written.
 
-    python benchmarks/serving_table.py --vllm-python /work/venv-vllm-tooldec/bin/python --rounds 1
+    python benchmarks/serving_table.py --vllm-python VENV/bin/python --entries 50 --clients 1,8,32 \
+        --tool-choice auto-1shot,required --rounds 1
 
-(`--vllm-python`: a Python that has vLLM and this checkout of tooldec, e.g. a venv made with
-`--system-site-packages` whose site-packages holds a `.pth` line naming the vLLM venv's site-packages and this
-checkout installed editable; benchmarks/README.md.) A short check: `--entries 2 --clients 1,8 --tool-choice auto
---setups vllm+tooldec --out /tmp/table-check`. Writes benchmarks/results/serving.json (`rows`: `{setup,
+(`VENV`: a Python that has vLLM and this checkout of tooldec, a venv made with `--system-site-packages` whose
+site-packages holds a `.pth` line naming the vLLM venv's site-packages, this checkout installed editable in it;
+benchmarks/README.md. About 1.5 hours on the 2-core machine.) Short checks: `--entries 2 --clients 1,8
+--tool-choice auto --setups vllm+tooldec --out /tmp/table-check`; `--entries 2 --clients 1 --out /tmp/check`. Writes benchmarks/results/serving.json (`rows`: `{setup,
 tool_choice, clients, tokens_per_s, invalid, lost, errors_5xx, bfcl_correct, load, written, ...}`, `meta`) and
 serving.md (all setups side by side, the ratios of the issue's bars, every row); `--table` only rewrites the
 Markdown from the JSON file.
