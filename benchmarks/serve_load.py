@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,8 +242,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_tooldec(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], str]:
-    """`tooldec serve` on a free port of 127.0.0.1; waits for /health."""
+def start_tooldec(args: argparse.Namespace, extra: Sequence[str] = ()) -> tuple[subprocess.Popen[bytes], str]:
+    """`tooldec serve` on a free port of 127.0.0.1 (`extra`: more of its flags); waits for /health."""
     port = free_port()
     cmd = [sys.executable, "-m", "tooldec", "serve", "--port", str(port), "--max-batch", str(args.max_batch),
            "--log-level", "warning", "--served-model-name", args.model]
@@ -252,6 +253,7 @@ def start_tooldec(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], st
         cmd += ["--threads", str(args.threads)]
     if args.backend:
         cmd += ["--backend", args.backend]
+    cmd += list(extra)
     log = open(Path(tempfile.gettempdir()) / f"{args.stem}_server.log", "wb")  # noqa: SIM115 -- kept open while it runs
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     base = f"http://127.0.0.1:{port}"

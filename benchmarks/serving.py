@@ -25,8 +25,8 @@ decodes it token by token, so with tools the server may beat the loop; `none` is
     python benchmarks/serving.py --backend llamacpp --threads 1 --rounds 3 --requests 6
     python benchmarks/serving.py --backend transformers --threads 1 --rounds 2 --requests 4
 
-Appends its rows to benchmarks/results/serving.json (`{setup, tool_choice, clients, tokens_per_s, invalid, lost,
-errors_5xx, load, written, ...}`; `--fresh` starts it anew) and writes serving.md (the medians per backend, code
+Appends its rows to benchmarks/results/serving_engine.json (`{setup, tool_choice, clients, tokens_per_s, invalid,
+lost, errors_5xx, load, written, ...}`; `--fresh` starts it anew) and writes serving_engine.md (the medians per backend, code
 and tool_choice with the ratio serve / backend-generate, then every row). `--table` only rewrites the table from
 the JSON file; `--code` names the code measured (default: the commit, `+` when src/ differs from it).
 """
@@ -71,20 +71,25 @@ def commit() -> str:
         return "unknown"
 
 
-def prompts_for(lm: Any, template: Any, model_name: str, tool_choice: str, questions: list[str]) -> list[list[int]]:
-    """Each question's prompt as the server renders it for `tool_choice` (none: a request without tools)."""
+def prompt_of(lm: Any, template: Any, body: dict[str, Any]) -> list[int]:
+    """The prompt tokens `tooldec serve` decodes from for a request `body` (plan_request + encode_prompt)."""
     from tooldec.serve import protocol
     from tooldec.serve.plan import plan_request
     from tooldec.serve.prompt import encode_prompt
 
+    req = protocol.ChatCompletionRequest.model_validate(body)
+    plan = plan_request(req, template)
+    return encode_prompt(lm, template, req.messages, plan.tools)
+
+
+def prompts_for(lm: Any, template: Any, model_name: str, tool_choice: str, questions: list[str]) -> list[list[int]]:
+    """Each question's prompt as the server renders it for `tool_choice` (none: a request without tools)."""
     out = []
     for q in questions:
         body: dict[str, Any] = {"model": model_name, "messages": [{"role": "user", "content": q}]}
         if tool_choice != "none":
             body.update(tools=serve_load.TOOLS, tool_choice=tool_choice)
-        req = protocol.ChatCompletionRequest.model_validate(body)
-        plan = plan_request(req, template)
-        out.append(encode_prompt(lm, template, req.messages, plan.tools))
+        out.append(prompt_of(lm, template, body))
     return out
 
 
@@ -328,7 +333,7 @@ def main() -> None:
     parser.add_argument("--llama-ctx", type=int, default=16384, help="tooldec serve --llama-ctx (its default).")
     parser.add_argument("--code", default=None, help="Names the code measured (default: the commit).")
     parser.add_argument("--out", type=Path, default=ROOT / "results")
-    parser.add_argument("--stem", default="serving")
+    parser.add_argument("--stem", default="serving_engine")
     parser.add_argument("--fresh", action="store_true", help="Start the JSON file afresh instead of appending.")
     parser.add_argument("--table", action="store_true", help="Only rewrite the table from the JSON file.")
     args = parser.parse_args()
@@ -352,7 +357,8 @@ def main() -> None:
         max_batch=args.max_batch, model=args.model_name, server_model=args.model, threads=args.threads,
         backend=args.backend, stem=f"{args.stem}_{args.backend}", start_timeout=600,
     )
-    proc, url = serve_load.start_tooldec(server_args)
+    proc, url = serve_load.start_tooldec(
+        server_args, ["--prefix-cache", str(args.prefix_cache), "--llama-ctx", str(args.llama_ctx)])
     choices = [c for c in args.choices.split(",") if c]
     try:
         # one unmeasured request of each kind first: the server compiles each tool set once, the backend warms up

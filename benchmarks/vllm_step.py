@@ -107,23 +107,6 @@ def profile_text(summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def error_kinds(records: list[dict[str, Any]]) -> dict[str, int]:
-    """HTTP errors by kind: 5xx (InternalServerError and other status >= 500), 4xx, lost (timeout, connection)."""
-    kinds = {"5xx": 0, "4xx": 0, "lost": 0}
-    for r in records:
-        error = r.get("error")
-        if not error:
-            continue
-        name = error.split(":", 1)[0]
-        if name in ("APITimeoutError", "APIConnectionError") or "Timeout" in name:
-            kinds["lost"] += 1
-        elif name in ("InternalServerError", "ServiceUnavailableError") or re.search(r"Error code: 5\d\d", error):
-            kinds["5xx"] += 1
-        else:
-            kinds["4xx"] += 1
-    return kinds
-
-
 def run_setup(label: str, python: str, config: str, model: str, items: list[Any], args: argparse.Namespace,
               round_no: int) -> list[dict[str, Any]]:
     """One server of one setup: every tool_choice mode at the concurrency, optionally recorded by py-spy."""
@@ -149,7 +132,7 @@ def run_setup(label: str, python: str, config: str, model: str, items: list[Any]
                                         max_tokens=args.max_tokens, tool_choice=mode, few_shot=few_shot,
                                         timeout=args.timeout)
             row = {"label": label, "config": config, "round": round_no, "load_start": round(load_before, 2),
-                   "load_end": round(os.getloadavg()[0], 2), **error_kinds(r["records"]), **r}
+                   "load_end": round(os.getloadavg()[0], 2), **vllm_tools.error_kinds(r["records"]), **r}
             if spying is not None and raw is not None:
                 spying.send_signal(2)  # SIGINT: py-spy writes what it has
                 spying.wait(120)
@@ -244,10 +227,7 @@ def main() -> None:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
     model = args.model
     if model is None:
-        from tooldec.backends import fetch_model
-        from tooldec.backends.loader import convert_gguf
-
-        model = str(convert_gguf(fetch_model("smollm2")))
+        model = vllm_tools.smollm2_hf()
     items = list(load_bfcl("simple", args.shared).items[: args.entries])
     Path(args.out).mkdir(parents=True, exist_ok=True)
     target = Path(args.out) / f"{args.name}.json"

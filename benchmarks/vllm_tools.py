@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +45,14 @@ from tooldec.specs import from_openai_tools
 ROOT = Path(__file__).resolve().parent
 
 
+def smollm2_hf() -> str:
+    """The folder of the embedded SmolLM2 converted to a Hugging Face model (what vLLM loads), made once."""
+    from tooldec.backends import fetch_model
+    from tooldec.backends.loader import convert_gguf
+
+    return str(convert_gguf(fetch_model("smollm2")))
+
+
 def _tool_text(specs: list[Any]) -> str:
     return "\n".join(json.dumps(s.to_openai(), ensure_ascii=False) for s in specs)
 
@@ -57,6 +66,16 @@ FEW_SHOT = [
 without it); its tool is not among the entry's, so a guided call cannot copy it."""
 
 
+def request_messages(item: Any, few_shot: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The messages and the OpenAI tools of a BFCL entry's request (the system message lists the tools; with
+    `few_shot`, FEW_SHOT follows it)."""
+    specs = from_openai_tools(item.functions)
+    messages = bfcl_messages(item.question[0], specs, _tool_text(specs), uses_tools=False)
+    if few_shot:
+        messages = [messages[0], *FEW_SHOT, *messages[1:]]
+    return messages, [s.to_openai() for s in specs]
+
+
 def run_requests(
     url: str, model: str, items: list[Any], *, concurrency: int, max_tokens: int, tool_choice: str = "auto",
     few_shot: bool = False, timeout: float = 1800.0,
@@ -68,15 +87,12 @@ def run_requests(
     client = OpenAI(base_url=url, api_key="unused", timeout=timeout, max_retries=0)
 
     def one(item: Any) -> dict[str, Any]:
-        specs = from_openai_tools(item.functions)
-        messages = bfcl_messages(item.question[0], specs, _tool_text(specs), uses_tools=False)
-        if few_shot:
-            messages = [messages[0], *FEW_SHOT, *messages[1:]]
+        messages, tools = request_messages(item, few_shot)
         started = time.perf_counter()
         try:
             response = client.chat.completions.create(
-                model=model, messages=messages, tools=[s.to_openai() for s in specs], tool_choice=tool_choice,
-                temperature=0, max_tokens=max_tokens,
+                model=model, messages=messages, tools=tools, tool_choice=tool_choice, temperature=0,
+                max_tokens=max_tokens,
             )
         except Exception as exc:  # noqa: BLE001 -- counted, never fatal
             return {"id": item.id, "error": f"{type(exc).__name__}: {exc}"[:300]}
@@ -133,6 +149,23 @@ def score(record: dict[str, Any], item: Any) -> None:
         record["correct"] = check_entry("simple", item.functions, made, item.possible_answer).valid
     except (ValueError, TypeError):
         record["correct"] = False
+
+
+def error_kinds(records: list[dict[str, Any]]) -> dict[str, int]:
+    """HTTP errors by kind: 5xx (InternalServerError and other status >= 500), 4xx, lost (timeout, connection)."""
+    kinds = {"5xx": 0, "4xx": 0, "lost": 0}
+    for r in records:
+        error = r.get("error")
+        if not error:
+            continue
+        name = error.split(":", 1)[0]
+        if name in ("APITimeoutError", "APIConnectionError") or "Timeout" in name:
+            kinds["lost"] += 1
+        elif name in ("InternalServerError", "ServiceUnavailableError") or re.search(r"Error code: 5\d\d", error):
+            kinds["5xx"] += 1
+        else:
+            kinds["4xx"] += 1
+    return kinds
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -233,10 +266,7 @@ def main() -> None:
     items = list(load_bfcl("simple", args.shared).items[: args.entries])
     model = args.model
     if model is None and args.url is None:
-        from tooldec.backends import fetch_model
-        from tooldec.backends.loader import convert_gguf
-
-        model = str(convert_gguf(fetch_model("smollm2")))
+        model = smollm2_hf()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
