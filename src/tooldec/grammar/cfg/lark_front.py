@@ -103,10 +103,15 @@ class _Builder:
             stack = [d.tree]
             while stack:
                 node = stack.pop()
-                if node[0] in ("T", "N") and node[1] not in self.defs and node[1] not in d.params:
-                    kind = "Terminal" if node[0] == "T" else "Rule"
-                    raise self.fail(uses.get(node[1]), f"invalid Lark grammar: {kind} '{node[1]}' used but not "
-                                                       f"defined (in {'terminal' if d.is_term else 'rule'} {name})")
+                if node[0] in ("T", "N") and node[1] not in d.params:
+                    target = self.defs.get(node[1])
+                    if target is None:
+                        kind = "Terminal" if node[0] == "T" else "Rule"
+                        raise self.fail(uses.get(node[1]), f"invalid Lark grammar: {kind} '{node[1]}' used but not "
+                                                           f"defined (in {'terminal' if d.is_term else 'rule'} {name})")
+                    if target.params:  # a template used as a plain rule
+                        raise self.fail(uses.get(node[1]), f"invalid Lark grammar: template '{node[1]}' is not "
+                                                           "defined with 0 parameters")
                 if node[0] == "tmpl" and node[1] not in d.params:
                     template = self.defs.get(node[1])
                     if template is None or len(template.params) != len(node) - 2:
