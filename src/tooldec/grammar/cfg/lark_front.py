@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections import Counter
 from functools import cache
+from itertools import chain
 
 from tooldec.errors import GrammarError
 from tooldec.grammar.cfg.lark_ebnf import TREES, Expander, Symbols
-from tooldec.grammar.cfg.lark_reader import Definition, Ignore, Import, LarkSyntax, error_at, read_lark
+from tooldec.grammar.cfg.lark_reader import Definition, Ignore, Import, LarkSyntax, Node, error_at, read_lark
 from tooldec.grammar.cfg.lark_terms import AnonymousTerminals, Pattern, term_pattern
 from tooldec.grammar.cfg.model import ContextFreeGrammar, Rule, Terminal, nonterminal_symbol
 from tooldec.grammar.cfg.normalize import normalize
@@ -33,6 +35,26 @@ def _common() -> dict[str, Definition]:
     with open(path, encoding="utf-8") as f:
         statements = read_lark(f.read()).statements
     return {d.name: d for d in statements if isinstance(d, Definition)}
+
+
+def _unused(blocks: dict[str, set[Node]], start: str) -> set[str]:
+    """The rules Lark drops: those of a name that no other name's rules use (but `start`), until none goes."""
+    users = Counter(chain.from_iterable(blocks.values()))  # symbol -> how many names' rules use it
+    dropped: set[str] = set()
+    queue = [name for name, symbols in blocks.items()
+             if name != start and users[key := ("N", name)] == (key in symbols)]
+    while queue:
+        name = queue.pop()
+        if name in dropped:
+            continue
+        dropped.add(name)
+        for sym in blocks[name]:
+            if sym[0] == "N" and sym[1] != name:
+                users[sym] -= 1
+                used = blocks.get(sym[1])  # None: not a rule (a template, refused if its user is kept)
+                if used is not None and users[sym] == (sym in used) and sym[1] != start:
+                    queue.append(sym[1])
+    return dropped
 
 
 class _Builder:
@@ -93,6 +115,9 @@ class _Builder:
     def validate(self) -> None:
         """Every symbol and template used is defined (templates with the right number of arguments)."""
         uses = self.syntax.uses
+        if not self.syntax.templates and all(name in self.defs for name in uses):
+            self.check_ignored()  # every name used is defined: no tree needs walking
+            return
         for name, d in self.defs.items():
             if name in self.imported:
                 continue
@@ -103,15 +128,10 @@ class _Builder:
             stack = [d.tree]
             while stack:
                 node = stack.pop()
-                if node[0] in ("T", "N") and node[1] not in d.params:
-                    target = self.defs.get(node[1])
-                    if target is None:
-                        kind = "Terminal" if node[0] == "T" else "Rule"
-                        raise self.fail(uses.get(node[1]), f"invalid Lark grammar: {kind} '{node[1]}' used but not "
-                                                           f"defined (in {'terminal' if d.is_term else 'rule'} {name})")
-                    if target.params:  # a template used as a plain rule
-                        raise self.fail(uses.get(node[1]), f"invalid Lark grammar: template '{node[1]}' is not "
-                                                           "defined with 0 parameters")
+                if node[0] in ("T", "N") and node[1] not in self.defs and node[1] not in d.params:
+                    kind = "Terminal" if node[0] == "T" else "Rule"
+                    raise self.fail(uses.get(node[1]), f"invalid Lark grammar: {kind} '{node[1]}' used but not "
+                                                       f"defined (in {'terminal' if d.is_term else 'rule'} {name})")
                 if node[0] == "tmpl" and node[1] not in d.params:
                     template = self.defs.get(node[1])
                     if template is None or len(template.params) != len(node) - 2:
@@ -119,6 +139,10 @@ class _Builder:
                                                            f"defined with {len(node) - 2} parameters")
                 if node[0] in TREES and node[0] != "P":
                     stack += [c for c in node[:0:-1] if type(c) is tuple]
+        self.check_ignored()
+
+    def check_ignored(self) -> None:
+        """Every terminal named by `%ignore` is defined."""
         missing = [n for n in self.ignore if n not in self.defs]
         if missing:
             raise GrammarError(f"invalid Lark grammar: Terminals {missing} were marked to ignore but were not defined")
@@ -186,25 +210,27 @@ class _Builder:
         terminals = [(n, self.pattern(False, n), d.priority) for n, d in self.defs.items() if d.is_term]
         anon = AnonymousTerminals(terminals)
         rules = self.rules(anon)
-        refs = [{s[1] for s in symbols if s[0] == "N"} - {origin} for origin, symbols in rules]
-        while True:  # a rule used by none but itself goes, until none does
-            used = {start}.union(*refs)
-            kept = [i for i, r in enumerate(rules) if r[0] in used]
-            if len(kept) == len(rules):
-                break
-            rules, refs = [rules[i] for i in kept], [refs[i] for i in kept]
-        used_terms = {s[1] for _o, symbols in rules for s in symbols if s[0] == "T"}
+        blocks: dict[str, set[Node]] = {}  # rule name -> the symbols its rules use, in Lark's order of rules
+        for origin, symbols in rules:
+            blocks.setdefault(origin, set()).update(symbols)
+        dropped = _unused(blocks, start)
+        if dropped:
+            rules = [r for r in rules if r[0] not in dropped]
+        used_terms = {s[1] for o, symbols in blocks.items() if o not in dropped for s in symbols if s[0] == "T"}
         used_terms.update(self.ignore)
         compiled = [self.terminal(n, p, prio) for n, p, prio in anon.terminals if n in used_terms]
         term_index = {t.name: i for i, t in enumerate(compiled)}
-        nt_index: dict[str, int] = {}
-        for origin, _symbols in rules:
-            nt_index.setdefault(origin, len(nt_index))
+        nt_index = {name: i for i, name in enumerate(n for n in blocks if n not in dropped)}
         if start not in nt_index:
             raise GrammarError(f"the start rule {start!r} is not defined")
         number = {("T", name): i for name, i in term_index.items()}
         number.update({("N", name): nonterminal_symbol(i) for name, i in nt_index.items()})
-        bnf = [Rule(nt_index[o], tuple(map(number.__getitem__, symbols))) for o, symbols in rules]
+        try:
+            bnf = [Rule(nt_index[o], tuple(map(number.__getitem__, symbols))) for o, symbols in rules]
+        except KeyError as exc:  # a template used as a plain rule (as Lark, only where the rule is kept)
+            name = exc.args[0][1]
+            raise self.fail(self.syntax.uses.get(name), f"invalid Lark grammar: template '{name}' is not defined "
+                                                        "with 0 parameters") from None
         return normalize(ContextFreeGrammar(
             terminals=tuple(compiled),
             nonterminals=tuple(nt_index),

@@ -86,11 +86,13 @@ class Ignore:
 
 @dataclass
 class LarkSyntax:
-    """A grammar file's statements, and the first place each symbol name and each literal is used."""
+    """A grammar file's statements, the first place each symbol name and each literal is used, and whether a
+    template is defined or used."""
 
     statements: list[Definition | Import | Ignore]
     uses: dict[str, int] = field(default_factory=dict)
     literals: dict[Node, int] = field(default_factory=dict)
+    templates: bool = False
 
 
 def error_at(text: str, offset: int, message: str) -> GrammarError:
@@ -221,6 +223,7 @@ class _Reader:
         self.i += 1
         params: list[str] = []
         if name_kind == "rule" and self.take("{"):
+            self.syntax.templates = True
             params.append(self.need("rule", "a template parameter")[1])
             while self.take(","):
                 params.append(self.need("rule", "a template parameter")[1])
@@ -321,6 +324,7 @@ class _Reader:
             return ("N", name)
         if depth > MAX_DEPTH:
             raise self.error(token, f"the Lark grammar nests too deeply (more than {MAX_DEPTH} levels)")
+        self.syntax.templates = True
         args = [self.value(self.need_value(), depth + 1)]
         while self.take(","):
             args.append(self.value(self.need_value(), depth + 1))
