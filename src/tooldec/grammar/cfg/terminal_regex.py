@@ -19,7 +19,7 @@ from re import _constants as C  # type: ignore[attr-defined]
 from typing import Any
 
 from tooldec.errors import GrammarError
-from tooldec.grammar.ir import EMPTY, Alt, Bytes, Node, Repeat, Seq, alt, lit, seq
+from tooldec.grammar.ir import _BYTE, EMPTY, Alt, Bytes, Node, Repeat, Seq, alt, lit, seq
 from tooldec.grammar.regex import _python_class
 from tooldec.grammar.strings import (
     MAX_CODEPOINT,
@@ -34,6 +34,7 @@ from tooldec.grammar.strings import (
 _FLAGS = {"i": int(re.IGNORECASE), "s": int(re.DOTALL)}
 _SUPPORTED = int(re.IGNORECASE | re.DOTALL | re.UNICODE)  # UNICODE is implied for every str pattern
 _CHAR_FLAGS = int(re.IGNORECASE | re.DOTALL)  # the flags that change what one character matches
+_IGNORECASE = _FLAGS["i"]
 _BEGIN = (C.AT_BEGINNING, C.AT_BEGINNING_STRING)
 _END = (C.AT_END, C.AT_END_STRING)
 _CHAR_OPS = (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN)
@@ -45,6 +46,9 @@ _REFUSED_OPS = {
     C.ATOMIC_GROUP: "an atomic group",
     C.POSSESSIVE_REPEAT: "a possessive quantifier",
 }
+_MAY_WARN = re.compile(r"\[\[|--|&&|~~|\|\||\(\?[P(]")
+"""Where `re`'s parser may warn (a possible nested set or set operation inside a class, a group name): wider
+than its tests, never narrower."""
 _CATEGORIES = {
     C.CATEGORY_DIGIT: ("isdecimal", False), C.CATEGORY_NOT_DIGIT: ("isdecimal", True),
     C.CATEGORY_WORD: ("isalnum", False), C.CATEGORY_NOT_WORD: ("isalnum", True),
@@ -136,8 +140,10 @@ class _Converter:
         while at_end and items and items[-1][0] is C.AT and items[-1][1] in _END:
             items.pop()
         last = len(items) - 1
-        return seq(*(self.item(op, av, flags, at_start and i == 0, at_end and i == last)
-                     for i, (op, av) in enumerate(items)))
+        folded = flags & _IGNORECASE
+        return seq(*[_BYTE[av] if op is C.LITERAL and av < 0x80 and not folded  # `item` of an ASCII character
+                     else self.item(op, av, flags, at_start and i == 0, at_end and i == last)
+                     for i, (op, av) in enumerate(items)])
 
     def item(self, op: object, av: Any, flags: int, at_start: bool, at_end: bool) -> Node:
         """One parsed element under the flags in force there."""
@@ -229,8 +235,11 @@ def fullmatch_ir(pattern: str, flags: Iterable[str] = (), *, name: str) -> Node:
     bits = _flag_bits(flags, name)
     shown = f"/{pattern}/" + "".join(sorted(flags))
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        if _MAY_WARN.search(pattern):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = _parser.parse(pattern, bits)
+        else:  # the parser warns of nothing here (entering `catch_warnings` costs as much as parsing `[0-9]+`)
             tree = _parser.parse(pattern, bits)
         if tree.state.flags & ~_SUPPORTED:
             raise _Refused("an inline flag other than i and s")
