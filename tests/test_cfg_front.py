@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections import defaultdict
 from functools import cache
 
@@ -165,6 +166,13 @@ def test_terminal_regex_refusals_name_the_terminal_and_construct(pattern: str, f
     with pytest.raises(GrammarError, match=re.escape(construct)) as info:
         regex_ir(pattern, flags, name="MY_TERM")
     assert "MY_TERM" in str(info.value)
+
+
+@pytest.mark.parametrize("pattern", ["[[a]", "[a&&b]", "[a~~b]", "[a||b]", "[a-c--]", "(?P<x>a)"])
+def test_terminal_regexes_that_re_warns_about_compile_silently(pattern: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert compile_dfa(regex_ir(pattern, name="T")).accepts(b"a")
 
 
 def test_literals_are_raw_utf8_and_flag_i_folds_case() -> None:
