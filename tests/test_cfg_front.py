@@ -24,7 +24,7 @@ from tooldec.grammar.cfg import (
     parse_gbnf,
     parse_lark,
 )
-from tooldec.grammar.cfg.terminal_regex import literal_ir, regex_ir
+from tooldec.grammar.cfg.terminal_regex import _parsed_ir, fullmatch_ir, literal_ir, regex_ir
 from tooldec.grammar.ir import lit
 
 # ---------------------------------------------------------------- helpers: DFAs and an Earley recognizer
@@ -166,6 +166,30 @@ def test_terminal_regex_refusals_name_the_terminal_and_construct(pattern: str, f
     with pytest.raises(GrammarError, match=re.escape(construct)) as info:
         regex_ir(pattern, flags, name="MY_TERM")
     assert "MY_TERM" in str(info.value)
+
+
+_OPTION_CHARS = st.sampled_from(list("aab<=>!|()[]{}.*+?^$\\-# \n\t/&~é€😀") + ["\ud800"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(_OPTION_CHARS, max_size=2), st.lists(st.text(_OPTION_CHARS, max_size=4), min_size=1, max_size=6),
+       st.booleans(), st.booleans())
+def test_literal_choices_skip_the_parser_with_its_ir(prefix: str, options: list[str], group: bool,
+                                                     escape: bool) -> None:
+    """A pattern of literal characters and `|` (Lark's join of string alternatives) gets the IR re's parser and the
+    converter give it (a common prefix moved out, single characters made a class), without parsing; any other
+    pattern is parsed."""
+    body = "|".join(re.escape(prefix + o) if escape else prefix + o for o in options)
+    pattern = f"(?:{body})" if group else body
+    try:
+        expected = _parsed_ir(pattern, (), "T")
+    except GrammarError:
+        expected = None
+    try:
+        got = fullmatch_ir(pattern, name="T")
+    except GrammarError:
+        got = None
+    assert got == expected
 
 
 @pytest.mark.parametrize("pattern", ["[[a]", "[a&&b]", "[a~~b]", "[a||b]", "[a-c--]", "(?P<x>a)"])

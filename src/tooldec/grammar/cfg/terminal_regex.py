@@ -49,6 +49,11 @@ _REFUSED_OPS = {
 _MAY_WARN = re.compile(r"\[\[|--|&&|~~|\|\||\(\?[P(]")
 """Where `re`'s parser may warn (a possible nested set or set operation inside a class, a group name): wider
 than its tests, never narrower."""
+_LITERAL_CHAR = r"(?:[^\\.^$*+?{}\[\]|()]|\\[^A-Za-z0-9])"  # a character re reads as itself (no flags)
+_CHOICE = re.compile(f"{_LITERAL_CHAR}+(?:\\|{_LITERAL_CHAR}+)*")
+_OPTION = re.compile(r"(?:[^\\|]|\\[\s\S])+")
+_ESCAPED = re.compile(r"\\([\s\S])")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _CATEGORIES = {
     C.CATEGORY_DIGIT: ("isdecimal", False), C.CATEGORY_NOT_DIGIT: ("isdecimal", True),
     C.CATEGORY_WORD: ("isalnum", False), C.CATEGORY_NOT_WORD: ("isalnum", True),
@@ -232,6 +237,53 @@ def regex_ir(pattern: str, flags: Iterable[str] = (), *, name: str) -> Node:
 def fullmatch_ir(pattern: str, flags: Iterable[str] = (), *, name: str) -> Node:
     """The UTF-8 byte strings that `re.fullmatch(pattern, text, flags)` accepts, as IR (the empty string too, where
     it does); GrammarError naming `name` for a construct that is refused."""
+    flags = tuple(flags)
+    if not flags and (options := _literal_options(pattern)) is not None:
+        return _choice_ir(options)
+    return _parsed_ir(pattern, flags, name)
+
+
+def _literal_options(pattern: str) -> list[str] | None:
+    """The strings of a pattern that is only literal characters and `|` (maybe inside one `(?:...)`), as Lark
+    joins string alternatives (`"<" | "<=" | ">"`); None for any other pattern."""
+    body = pattern[3:-1] if pattern.startswith("(?:") and pattern.endswith(")") else pattern
+    if _CHOICE.fullmatch(body) is None:
+        return None
+    return [_ESCAPED.sub(r"\1", option) if "\\" in option else option for option in _OPTION.findall(body)]
+
+
+def _char_ir(cp: int) -> Node:
+    """The converter's IR of one literal character (no flags)."""
+    return _BYTE[cp] if cp < 0x80 else _raw_utf8_ir(_char_ranges(C.LITERAL, cp, 0))
+
+
+def _choice_ir(options: list[str]) -> Node:
+    """The IR the converter makes of re's parse of a choice of literal strings: re moves the options' common
+    prefix out of the branch, then makes a branch of single characters a class (re._parser._parse_sub)."""
+    if len(options) == 1:
+        return _string_ir(options[0])
+    prefix = 0
+    while all(len(o) > prefix for o in options) and all(o[prefix] == options[0][prefix] for o in options):
+        prefix += 1
+    rest = list(dict.fromkeys(o[prefix:] for o in options))
+    if all(len(r) == 1 for r in rest):
+        tail = _raw_utf8_ir(_char_ranges(C.IN, tuple((C.LITERAL, ord(r)) for r in rest), 0))
+    elif len(rest) == 1 or _SURROGATE.search("".join(rest)):
+        tail = alt(*map(_string_ir, rest))
+    else:  # distinct strings have distinct UTF-8 (alt's structural dedup would find nothing to drop)
+        tail = Alt(tuple(map(_string_ir, rest)))
+    return seq(_string_ir(options[0][:prefix]), tail)
+
+
+def _string_ir(text: str) -> Node:
+    """The converter's IR of a run of literal characters: their UTF-8 bytes (a lone surrogate has none)."""
+    if _SURROGATE.search(text):
+        return seq(*[_char_ir(ord(c)) for c in text])
+    return lit(text.encode())
+
+
+def _parsed_ir(pattern: str, flags: tuple[str, ...], name: str) -> Node:
+    """`fullmatch_ir` through re's parser."""
     bits = _flag_bits(flags, name)
     shown = f"/{pattern}/" + "".join(sorted(flags))
     try:
