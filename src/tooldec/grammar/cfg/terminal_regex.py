@@ -137,7 +137,7 @@ def _char_ranges(op: object, av: object, flags: int) -> Ranges:
 class _Converter:
     """Turns one parsed pattern into IR; `at_start`/`at_end` say whether a piece sits at the lexeme's edge."""
 
-    def sequence(self, items: list[tuple[object, object]], flags: int, at_start: bool, at_end: bool) -> Node:
+    def sequence(self, items: list[tuple[object, Any]], flags: int, at_start: bool, at_end: bool) -> Node:
         """A concatenation; anchors at the lexeme's edges hold on every whole-lexeme match, so they drop."""
         items = list(getattr(items, "data", items))  # a SubPattern's own list: no __getitem__ call per item
         while at_start and items and items[0][0] is C.AT and items[0][1] in _BEGIN:
