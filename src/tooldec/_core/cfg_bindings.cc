@@ -29,15 +29,16 @@ carray<T> array_of(py::handle value, const std::string& what) {
   return got;
 }
 
-// One terminal's DFA (n x nc targets, classes[b] the class of byte b), checked and made dense over bytes; the
-// fewest bytes from each state to acceptance come with it.
+// A terminal DFA's size: 2 to MAX_LEXER_STATES states, 1 to 256 classes.
 void check_size(const std::string& name, int64_t n, int64_t nc) {
   if (n < 2 || n > MAX_LEXER_STATES) throw std::invalid_argument(name + ": its DFA must have 2 to 65536 states");
   if (nc < 1 || nc > 256) throw std::invalid_argument(name + ": 1 to 256 byte classes");
 }
 
+// One terminal's DFA (n x nc targets, classes[b] the class of byte b), checked, with its live transitions by
+// class and the fewest bytes from each state to acceptance.
 template <typename Accepting>
-TerminalDfa dense_terminal(const std::string& name, const int32_t* tr, int64_t n, int64_t nc, const uint8_t* cl,
+TerminalDfa terminal_dfa(const std::string& name, const int32_t* tr, int64_t n, int64_t nc, const uint8_t* cl,
                            const Accepting* accepting, int64_t start, std::vector<int64_t>& dist) {
   check_size(name, n, nc);
   if (start < 1 || start >= n) throw std::invalid_argument(name + ": start state out of range (or dead)");
@@ -49,13 +50,11 @@ TerminalDfa dense_terminal(const std::string& name, const int32_t* tr, int64_t n
   d.n = static_cast<int32_t>(n);
   d.n_classes = static_cast<int32_t>(nc);
   d.start = static_cast<int32_t>(start);
-  d.trans.assign(static_cast<size_t>(n) * 256, 0);
   d.accepting.assign(n, 0);
   d.classes.assign(cl, cl + 256);
   d.out_ptr.assign(static_cast<size_t>(n) + 1, 0);
   for (int64_t s = 1; s < n; ++s) {
     d.accepting[s] = accepting[s] ? 1 : 0;
-    for (int b = 0; b < 256; ++b) d.trans[static_cast<size_t>(s) * 256 + b] = tr[s * nc + cl[b]];
     for (int64_t c = 0; c < nc; ++c)
       if (tr[s * nc + c] != 0) {
         d.out_class.push_back(static_cast<int32_t>(c));
@@ -112,7 +111,7 @@ TerminalDfa read_terminal(const py::handle& h, size_t index, std::vector<int64_t
     for (size_t i = 0; i < masks.size(); ++i) std::memcpy(masks[i].data(), rows.data() + 32 * i, 32);
     check_size(name, static_cast<int64_t>(std::min<size_t>(masks.size() + 2, MAX_LEXER_STATES + 1)), 1);
     const Dfa chain = chain_dfa(masks);
-    return dense_terminal(name, chain.trans.data(), chain.n, chain.nc, chain.classes.data(), chain.accepting.data(),
+    return terminal_dfa(name, chain.trans.data(), chain.n, chain.nc, chain.classes.data(), chain.accepting.data(),
                           chain.start, dist);
   }
   if (!py::isinstance<py::tuple>(h) && !py::isinstance<py::list>(h))
@@ -134,7 +133,7 @@ TerminalDfa read_terminal(const py::handle& h, size_t index, std::vector<int64_t
   check_size(name, n, nc);
   if (classes.shape(0) != 256 || accepting.shape(0) != n)
     throw std::invalid_argument(name + ": classes must have 256 entries and accepting one per state");
-  return dense_terminal(name, trans.data(), n, nc, classes.data(), accepting.data(), start, dist);
+  return terminal_dfa(name, trans.data(), n, nc, classes.data(), accepting.data(), start, dist);
 }
 
 std::shared_ptr<Compiled> make_compiled(std::shared_ptr<Vocab> vocab, py::list terminals,
