@@ -30,7 +30,8 @@ def bottom_up(tree: Node) -> list[Node]:
     while i < len(order):
         node = order[i]
         i += 1
-        order += [c for c in node[:0:-1] if type(c) is tuple and c[0] in TREES]
+        if node[0] != "P":  # a pattern is a leaf
+            order += [c for c in node[:0:-1] if type(c) is tuple and c[0] in TREES]
     order.reverse()
     return order
 

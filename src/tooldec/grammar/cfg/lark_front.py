@@ -197,10 +197,11 @@ class _Builder:
     def terminal(self, name: str, pattern: Pattern, priority: int) -> Terminal:
         """One terminal as byte-level IR; refusals point at its definition or its first use."""
         try:
+            flags = sorted(pattern.flags) if pattern.flags else ()
             if pattern.kind == "str":
-                node = literal_ir(pattern.value, sorted(pattern.flags), name=name)
+                node = literal_ir(pattern.value, flags, name=name)
             else:
-                node = regex_ir(pattern.value, sorted(pattern.flags), name=name)
+                node = regex_ir(pattern.value, flags, name=name)
         except GrammarError as exc:
             raise self.fail(self.offsets.get(name), exc.reason) from None
         return Terminal(name, node, priority=priority, literal=pattern.kind == "str")
