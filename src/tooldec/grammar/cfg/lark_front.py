@@ -173,8 +173,9 @@ class _Builder:
         self.patterns[key] = found
         return found
 
-    def rules(self, anon: AnonymousTerminals) -> list[tuple[str, Symbols]]:
-        """Every rule as (name, symbols), in Lark's order, duplicates dropped (GrammarError if not empty)."""
+    def rules(self, anon: AnonymousTerminals) -> list[tuple[str, list[Symbols]]]:
+        """Every rule name with its alternatives' symbols, in Lark's order, duplicates dropped (GrammarError if not
+        empty)."""
         expander = Expander(self.defs, anon, self.syntax.literals, self.offsets)
         bodies = [(n, expander.expand(n, d.tree)) for n, d in self.defs.items() if not d.is_term and not d.params]
         i = 0
@@ -182,17 +183,19 @@ class _Builder:
             name, d = expander.instances[i]
             i += 1
             bodies.append((name, expander.expand(name, d.tree)))
-        out: dict[tuple[str, Symbols], None] = {}
-        for name, alternatives in bodies + expander.helpers:
+        out: list[tuple[str, list[Symbols]]] = []
+        for name, alternatives in bodies + expander.helpers:  # each name once
+            seen: dict[Symbols, None] = {}
             for symbols, alias in alternatives:
                 if alias is not None and name.startswith("_"):
                     raise self.fail(self.offsets.get(name), f"invalid Lark grammar: Rule {name} is marked for "
                                                             f"expansion and isn't allowed to have aliases ({alias})")
-                if (name, symbols) in out and symbols:
+                if symbols in seen and symbols:
                     raise self.fail(self.offsets.get(name), f"invalid Lark grammar: Rules defined twice: {name} "
                                                             "(aliases differ on the same expansion)")
-                out[(name, symbols)] = None
-        return list(out)
+                seen[symbols] = None
+            out.append((name, list(seen)))
+        return out
 
     def terminal(self, name: str, pattern: Pattern, priority: int) -> Terminal:
         """One terminal as byte-level IR; refusals point at its definition or its first use."""
@@ -211,12 +214,8 @@ class _Builder:
         terminals = [(n, self.pattern(False, n), d.priority) for n, d in self.defs.items() if d.is_term]
         anon = AnonymousTerminals(terminals)
         rules = self.rules(anon)
-        blocks: dict[str, set[Node]] = {}  # rule name -> the symbols its rules use, in Lark's order of rules
-        for origin, symbols in rules:
-            blocks.setdefault(origin, set()).update(symbols)
+        blocks = {name: set().union(*alternatives) for name, alternatives in rules}  # the symbols each name uses
         dropped = _unused(blocks, start)
-        if dropped:
-            rules = [r for r in rules if r[0] not in dropped]
         used_terms = {s[1] for o, symbols in blocks.items() if o not in dropped for s in symbols if s[0] == "T"}
         used_terms.update(self.ignore)
         compiled = [self.terminal(n, p, prio) for n, p, prio in anon.terminals if n in used_terms]
@@ -227,7 +226,8 @@ class _Builder:
         number = {("T", name): i for name, i in term_index.items()}
         number.update({("N", name): nonterminal_symbol(i) for name, i in nt_index.items()})
         try:
-            bnf = [Rule(nt_index[o], tuple(map(number.__getitem__, symbols))) for o, symbols in rules]
+            bnf = [Rule(nt_index[o], tuple(map(number.__getitem__, symbols)))
+                   for o, alternatives in rules if o not in dropped for symbols in alternatives]
         except KeyError as exc:  # a template used as a plain rule (as Lark, only where the rule is kept)
             name = exc.args[0][1]
             raise self.fail(self.syntax.uses.get(name), f"invalid Lark grammar: template '{name}' is not defined "
