@@ -192,6 +192,34 @@ def test_literal_choices_skip_the_parser_with_its_ir(prefix: str, options: list[
     assert got == expected
 
 
+_CLASS_PIECES = st.sampled_from(["a", "z", "-", "]", "^", "[", "a-z", "0-9", "z-a", "\\d", "\\w", "\\S", "\\n", "\\]",
+                                 "\\-", "\\b", "\\x41", "\\\\", "--", "&&", "é", "\ud800", "_", " ", "\t"])
+_PIECES = st.one_of(
+    st.sampled_from(["a", "b", "_", "é", "😀", "\ud800", ".", "-", " ", "\\d", "\\s", "\\W", "\\.", "\\n", "\\t", "\\b",
+                     "\\A", "\\1", "\\x41", "\\\\", "\\", "^", "$", "(", ")", "|", "{", "}", "]"]),
+    st.lists(_CLASS_PIECES, max_size=4).map(lambda xs: "[" + "".join(xs) + "]"))
+_QUANTIFIERS = st.sampled_from(["", "", "*", "+", "?", "*?", "+?", "??", "*+", "**", "{2}", "{1,3}"])
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.tuples(_PIECES, _QUANTIFIERS), max_size=5))
+def test_simple_regexes_skip_the_parser_with_its_ir(parts: list[tuple[str, str]]) -> None:
+    """A pattern of characters, escapes and classes under *, + and ? (Lark's NAME, INT, whitespace) gets the IR
+    re's parser and the converter give it, without parsing; refusals and errors stay re's."""
+    pattern = "".join(a + q for a, q in parts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected = _parsed_ir(pattern, (), "T")
+        except GrammarError:
+            expected = None
+        try:
+            got = fullmatch_ir(pattern, name="T")
+        except GrammarError:
+            got = None
+    assert got == expected
+
+
 @pytest.mark.parametrize("pattern", ["[[a]", "[a&&b]", "[a~~b]", "[a||b]", "[a-c--]", "(?P<x>a)"])
 def test_terminal_regexes_that_re_warns_about_compile_silently(pattern: str) -> None:
     with warnings.catch_warnings():

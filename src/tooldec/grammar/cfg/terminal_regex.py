@@ -238,9 +238,112 @@ def fullmatch_ir(pattern: str, flags: Iterable[str] = (), *, name: str) -> Node:
     """The UTF-8 byte strings that `re.fullmatch(pattern, text, flags)` accepts, as IR (the empty string too, where
     it does); GrammarError naming `name` for a construct that is refused."""
     flags = tuple(flags)
-    if not flags and (options := _literal_options(pattern)) is not None:
-        return _choice_ir(options)
+    if not flags:
+        if (options := _literal_options(pattern)) is not None:
+            return _choice_ir(options)
+        if (node := _simple_ir(pattern)) is not None:
+            return node
     return _parsed_ir(pattern, flags, name)
+
+
+_ESCAPE_CHARS = {"n": 10, "t": 9, "r": 13, "f": 12, "v": 11}
+_ESCAPE_CATEGORIES = {"d": C.CATEGORY_DIGIT, "D": C.CATEGORY_NOT_DIGIT, "w": C.CATEGORY_WORD,
+                      "W": C.CATEGORY_NOT_WORD, "s": C.CATEGORY_SPACE, "S": C.CATEGORY_NOT_SPACE}
+_REPEATS = {"*": (0, None), "+": (1, None), "?": (0, 1)}
+
+
+def _escape_item(c: str) -> tuple[object, object] | None:
+    """re's item for the escape `\\c` (inside or outside a class): a character, or a class escape; None for the
+    escapes left to re's parser (\\b, \\x, \\u, digits, letters)."""
+    if c in _ESCAPE_CHARS:
+        return (C.LITERAL, _ESCAPE_CHARS[c])
+    if c in _ESCAPE_CATEGORIES:
+        return (C.CATEGORY, _ESCAPE_CATEGORIES[c])
+    return None if c.isascii() and c.isalnum() else (C.LITERAL, ord(c))
+
+
+def _simple_ir(pattern: str) -> Node | None:
+    """The converter's IR of a pattern that is a sequence of characters, `.`, escapes and `[...]` classes, each
+    maybe under `*`, `+` or `?` (lazy or not), as re parses it (Lark's NAME, INT, whitespace); None for any other
+    pattern (groups, `|`, counted repeats, anchors) and wherever re would refuse, so that re's parser gives its
+    verdict."""
+    out: list[Node] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "[":
+            got = _class_items(pattern, i)
+            if got is None:
+                return None
+            items, i = got
+            node = _raw_utf8_ir(_char_ranges(C.IN, items, 0))
+        elif c == "\\":
+            if i == n or (item := _escape_item(pattern[i])) is None:
+                return None
+            i += 1
+            node = _char_ir(item[1]) if item[0] is C.LITERAL else _raw_utf8_ir(_char_ranges(C.IN, (item,), 0))  # type: ignore[arg-type]
+        elif c == ".":
+            node = _raw_utf8_ir(_char_ranges(C.ANY, None, 0))
+        elif c in "^$*+?{}[]|()":
+            return None
+        else:
+            node = _char_ir(ord(c))
+        if i < n and pattern[i] in _REPEATS:
+            lo, hi = _REPEATS[pattern[i]]
+            i += 1
+            if i < n and pattern[i] == "?":  # lazy: the same whole lexemes
+                i += 1
+            if i < n and pattern[i] in "*+?{":  # a possessive or a second repeat: re's verdict
+                return None
+            node = Repeat(node, lo, hi)
+        out.append(node)
+    return seq(*out)
+
+
+def _class_items(pattern: str, i: int) -> tuple[tuple[tuple[object, object], ...], int] | None:
+    """re's items of the class whose body starts at `i` (after `[`), and the index after its `]`; None where re's
+    parser is left to read it (an escape not in `_escape_item`, an error)."""
+    n = len(pattern)
+    items: list[tuple[object, object]] = []
+    negate = i < n and pattern[i] == "^"
+    i += negate
+    while True:
+        if i == n:
+            return None
+        this = pattern[i]
+        i += 1
+        if this == "]" and items:
+            break
+        if this == "\\":
+            if i == n or (code1 := _escape_item(pattern[i])) is None:
+                return None
+            i += 1
+        else:
+            code1 = (C.LITERAL, ord(this))  # where re warns of a set operation or a nested set, it reads this too
+        if i < n and pattern[i] == "-":
+            i += 1
+            if i == n:
+                return None
+            that = pattern[i]
+            i += 1
+            if that == "]":
+                items += [code1, (C.LITERAL, ord("-"))]
+                break
+            if that == "\\":
+                if i == n or (code2 := _escape_item(pattern[i])) is None:
+                    return None
+                i += 1
+            else:
+                code2 = (C.LITERAL, ord(that))
+            if code1[0] is not C.LITERAL or code2[0] is not C.LITERAL or code2[1] < code1[1]:  # type: ignore[operator]
+                return None
+            items.append((C.RANGE, (code1[1], code2[1])))
+        else:
+            items.append(code1)
+    if negate:
+        items.insert(0, (C.NEGATE, None))
+    return tuple(items), i
 
 
 def _literal_options(pattern: str) -> list[str] | None:
