@@ -64,6 +64,15 @@ def test_grammar_refuses_malformed_tables(data: st.DataObject) -> None:
 
 
 @FUZZ
+@given(st.binary(max_size=100), st.integers(0, len(DFAS) - 1))
+def test_grammar_takes_any_chain_of_byte_sets(rows: bytes, k: int) -> None:
+    args = _args()
+    args[1] = [rows if i == k else d for i, d in enumerate(DFAS)]  # a terminal as rows of 32 bytes, or not
+    _calls_fail_cleanly(lambda: _core.CfgMatcher(_core.CfgGrammar(*args)).accept_bytes(b"{ab}"))
+    _calls_fail_cleanly(lambda: _core.chain_dfa(rows))
+
+
+@FUZZ
 @given(st.lists(st.one_of(st.tuples(st.just("token"), INTS), st.tuples(st.just("bytes"), st.binary(max_size=12)),
                           st.tuples(st.just("rollback"), INTS), st.tuples(st.just("fill"), INTS),
                           st.tuples(st.just("steer"), st.lists(st.integers(-(2**31), 2**31 - 1), max_size=4)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from collections import defaultdict
 from functools import cache
 
@@ -23,7 +24,7 @@ from tooldec.grammar.cfg import (
     parse_gbnf,
     parse_lark,
 )
-from tooldec.grammar.cfg.terminal_regex import literal_ir, regex_ir
+from tooldec.grammar.cfg.terminal_regex import _parsed_ir, fullmatch_ir, literal_ir, regex_ir
 from tooldec.grammar.ir import lit
 
 # ---------------------------------------------------------------- helpers: DFAs and an Earley recognizer
@@ -165,6 +166,65 @@ def test_terminal_regex_refusals_name_the_terminal_and_construct(pattern: str, f
     with pytest.raises(GrammarError, match=re.escape(construct)) as info:
         regex_ir(pattern, flags, name="MY_TERM")
     assert "MY_TERM" in str(info.value)
+
+
+_OPTION_CHARS = st.sampled_from(list("aab<=>!|()[]{}.*+?^$\\-# \n\t/&~é€😀") + ["\ud800"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(_OPTION_CHARS, max_size=2), st.lists(st.text(_OPTION_CHARS, max_size=4), min_size=1, max_size=6),
+       st.booleans(), st.booleans())
+def test_literal_choices_skip_the_parser_with_its_ir(prefix: str, options: list[str], group: bool,
+                                                     escape: bool) -> None:
+    """A pattern of literal characters and `|` (Lark's join of string alternatives) gets the IR re's parser and the
+    converter give it (a common prefix moved out, single characters made a class), without parsing; any other
+    pattern is parsed."""
+    body = "|".join(re.escape(prefix + o) if escape else prefix + o for o in options)
+    pattern = f"(?:{body})" if group else body
+    try:
+        expected = _parsed_ir(pattern, (), "T")
+    except GrammarError:
+        expected = None
+    try:
+        got = fullmatch_ir(pattern, name="T")
+    except GrammarError:
+        got = None
+    assert got == expected
+
+
+_CLASS_PIECES = st.sampled_from(["a", "z", "-", "]", "^", "[", "a-z", "0-9", "z-a", "\\d", "\\w", "\\S", "\\n", "\\]",
+                                 "\\-", "\\b", "\\x41", "\\\\", "--", "&&", "é", "\ud800", "_", " ", "\t"])
+_PIECES = st.one_of(
+    st.sampled_from(["a", "b", "_", "é", "😀", "\ud800", ".", "-", " ", "\\d", "\\s", "\\W", "\\.", "\\n", "\\t", "\\b",
+                     "\\A", "\\1", "\\x41", "\\\\", "\\", "^", "$", "(", ")", "|", "{", "}", "]"]),
+    st.lists(_CLASS_PIECES, max_size=4).map(lambda xs: "[" + "".join(xs) + "]"))
+_QUANTIFIERS = st.sampled_from(["", "", "*", "+", "?", "*?", "+?", "??", "*+", "**", "{2}", "{1,3}"])
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.tuples(_PIECES, _QUANTIFIERS), max_size=5))
+def test_simple_regexes_skip_the_parser_with_its_ir(parts: list[tuple[str, str]]) -> None:
+    """A pattern of characters, escapes and classes under *, + and ? (Lark's NAME, INT, whitespace) gets the IR
+    re's parser and the converter give it, without parsing; refusals and errors stay re's."""
+    pattern = "".join(a + q for a, q in parts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            expected = _parsed_ir(pattern, (), "T")
+        except GrammarError:
+            expected = None
+        try:
+            got = fullmatch_ir(pattern, name="T")
+        except GrammarError:
+            got = None
+    assert got == expected
+
+
+@pytest.mark.parametrize("pattern", ["[[a]", "[a&&b]", "[a~~b]", "[a||b]", "[a-c--]", "(?P<x>a)"])
+def test_terminal_regexes_that_re_warns_about_compile_silently(pattern: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert compile_dfa(regex_ir(pattern, name="T")).accepts(b"a")
 
 
 def test_literals_are_raw_utf8_and_flag_i_folds_case() -> None:

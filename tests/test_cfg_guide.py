@@ -12,9 +12,12 @@ import lark
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from tooldec import _core
+from tooldec.automaton.compile import compile_arrays
 from tooldec.cfg_guide import CfgGuide, compile_cfg
 from tooldec.cli import app
 from tooldec.compiler import Compiler
@@ -23,6 +26,7 @@ from tooldec.decoding.decoder import Decoder
 from tooldec.decoding.logits_processor import ToolDecLogitsProcessor
 from tooldec.errors import GrammarError, TokenRejectedError
 from tooldec.grammar.cfg import load_grammar
+from tooldec.grammar.ir import Bytes, seq
 from tooldec.index import PreparedVocab, unpack
 from tooldec.sample import random_walk
 from tooldec.specs import ToolSpec
@@ -342,3 +346,19 @@ def test_regex_and_choice_guide_a_whole_text(byte_vocab: Vocabulary) -> None:
         compiler.compile_regex("(?<=a)b")
     with pytest.raises(GrammarError, match="at least one"):
         compiler.compile_choice([])
+
+
+_MASKS = st.one_of(st.integers(0, 255).map(lambda b: 1 << b), st.integers(0, (1 << 256) - 1),
+                   st.integers(0x61, 0x7A).map(lambda b: (1 << b) | (1 << (b - 32))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MASKS, min_size=1, max_size=8))
+def test_a_chain_of_byte_sets_compiles_as_its_ir_does(masks: list[int]) -> None:
+    """Terminals that are a sequence of byte sets (literals, one character) reach the core as chain rows, whose
+    DFA must be the one the NFA path builds from the same IR, array for array."""
+    items = [Bytes(m) for m in masks]
+    ref = compile_arrays([seq(*items) if len(items) > 1 else items[0]])[0]
+    got = _core.chain_dfa(b"".join(m.to_bytes(32, "little") for m in masks))
+    assert [np.asarray(a).tolist() for a in got[:3]] == [np.asarray(a).tolist() for a in ref[:3]]
+    assert got[3] == ref[3]

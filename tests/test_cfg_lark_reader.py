@@ -193,6 +193,8 @@ def test_refusals_agree_with_lark(source: str) -> None:
     ('start: ("a" -> x)\n', "Unexpected token", 1, 13),
     ('start: "a"?b\n', "Unexpected token", 1, 11),
     ('start: "a\\x4"\n', "bad escape", 1, 8),
+    ('start: "a" | y\ny{p}: p "a"\n', "template 'y' is not defined with 0 parameters", 1, 14),  # a KeyError before
+    ('start: t{y}\nt{p}: p\ny{p}: p "a"\n', "template 'y' is not defined with 0 parameters", 1, 10),
 ])
 def test_reader_refusals_carry_line_and_column(source: str, message: str, line: int, column: int) -> None:
     with pytest.raises(GrammarError, match=re.escape(message)) as info:

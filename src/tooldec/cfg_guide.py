@@ -16,9 +16,11 @@ import numpy as np
 
 from tooldec import _core
 from tooldec.automaton.compile import compile_arrays
+from tooldec.automaton.dfa import MAX_DFA_STATES
 from tooldec.automaton.forced import complete_utf8
 from tooldec.errors import GrammarError, TokenRejectedError
 from tooldec.grammar.cfg import ContextFreeGrammar
+from tooldec.grammar.ir import Bytes, Node, Seq
 from tooldec.guide import BitmaskRows
 from tooldec.index import PreparedVocab, unpack
 
@@ -32,16 +34,26 @@ a Lark grammar's dozens of small lexemes (SQL's 32: 421 entries) build in 0.2 ms
 CPU time on two."""
 
 
+def _chain(node: Node) -> bytes | None:
+    """A terminal that is a sequence of byte sets (a literal, one character) as the core's chain rows (32 bytes a
+    set), whose DFA the core builds without an NFA; None for any other node."""
+    items = node.items if type(node) is Seq else (node,)  # type: ignore[union-attr]
+    if not items or len(items) + 2 > MAX_DFA_STATES or any(type(item) is not Bytes for item in items):
+        return None  # past MAX_DFA_STATES: refused by compile_arrays, with its message
+    return b"".join([item.mask.to_bytes(32, "little") for item in items])  # type: ignore[union-attr]
+
+
 def compile_cfg(grammar: ContextFreeGrammar, prepared: PreparedVocab, threads: int = 1) -> Any:
     """The core's compiled grammar (`_core.CfgGrammar`) of `grammar` over a prepared vocabulary.
 
     Raises GrammarError when a terminal cannot be guided (its automaton too large) or the rules are refused."""
-    written = [t.node for t in grammar.terminals if t.automaton is None]
+    given = [t.automaton if t.automaton is not None else _chain(t.node) for t in grammar.terminals]
+    written = [t.node for t, got in zip(grammar.terminals, given) if got is None]
     try:
         dfas = iter(compile_arrays(written, threads=threads, parallel_from=PARALLEL_TERMINALS) if written else [])
     except _core.AutomatonTooLarge as exc:
         raise GrammarError(f"a terminal's automaton is too large: {exc}") from None
-    terminals = [t.automaton if t.automaton is not None else next(dfas) for t in grammar.terminals]
+    terminals = [got if got is not None else next(dfas) for got in given]
     lengths = np.array([len(r.rhs) for r in grammar.rules], dtype=np.int64)
     ptr = np.zeros(len(grammar.rules) + 1, dtype=np.int64)
     np.cumsum(lengths, out=ptr[1:])

@@ -414,7 +414,7 @@ class Compiler:
         """A context-free grammar written in Lark (the dialect llguidance and OpenAI custom tools accept) or GBNF
         (llama.cpp's), compiled for guidance: its terminals become byte automata, its rules go to the core's
         Earley parser. Raises GrammarError (with line and column where the text is at fault)."""
-        key = self._key(f"grammar:{syntax}", text)
+        key = self._key(f"grammar:{syntax}", text) if use_cache else ""
 
         def build() -> CompiledCfg:
             grammar = load_grammar(text, syntax)

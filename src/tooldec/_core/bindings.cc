@@ -192,6 +192,15 @@ py::list compile_irs(carray<int32_t> code, carray<int64_t> ptr, carray<uint8_t> 
   return out;
 }
 
+// The DFA of a chain of byte sets given as k rows of 32 bytes (chain_dfa), as Python's arrays.
+py::tuple chain_dfa_py(py::bytes rows) {
+  const std::string data = rows;
+  if (data.empty() || data.size() % 32 != 0) invalid("a chain of byte sets is one or more rows of 32 bytes");
+  std::vector<Mask> masks(data.size() / 32);
+  for (size_t i = 0; i < masks.size(); ++i) std::memcpy(masks[i].data(), data.data() + 32 * i, 32);
+  return to_python(chain_dfa(masks));
+}
+
 py::tuple product_py(carray<int32_t> a_trans, carray<uint8_t> a_classes, carray<bool> a_acc, int64_t a_start,
                   carray<int32_t> b_trans, carray<uint8_t> b_classes, carray<bool> b_acc, int64_t b_start,
                   bool difference, int64_t max_states) {
@@ -450,6 +459,10 @@ PYBIND11_MODULE(_core, m) {
         "`threads` threads.",
         py::arg("code"), py::arg("ptr"), py::arg("masks"), py::arg("dfas"), py::arg("roots"),
         py::arg("max_nfa_states"), py::arg("max_dfa_states"), py::arg("threads") = 1);
+  m.def("chain_dfa", &chain_dfa_py,
+        "The pruned DFA of a chain of byte sets (rows of 32 bytes, one byte from each set in turn), as "
+        "compile_irs builds it from the same chain written as IR.",
+        py::arg("rows"));
   m.def("product", &product_py, "Intersection or difference of two DFAs, pruned.", py::arg("a_trans"),
         py::arg("a_classes"), py::arg("a_accepting"), py::arg("a_start"), py::arg("b_trans"), py::arg("b_classes"),
         py::arg("b_accepting"), py::arg("b_start"), py::arg("difference"), py::arg("max_states"));

@@ -2,19 +2,18 @@
 // (one sequence). Every input is checked here, so that no Python value can crash the process.
 #include <pybind11/stl.h>
 
-#include <deque>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "bindings.h"
 #include "cfg_matcher.h"
 #include "common.h"
+#include "dfa.h"
 
 namespace tooldec::cfg {
 namespace {
 
-// One terminal's DFA from (trans int32[n, nc], classes uint8[256], accepting bool[n], start), checked and made
-// dense; the fewest bytes from each state to acceptance come with it.
 // `value` as a C-contiguous array of T (converted where numpy can), or TypeError naming `what`.
 template <typename T>
 carray<T> array_of(py::handle value, const std::string& what) {
@@ -30,10 +29,93 @@ carray<T> array_of(py::handle value, const std::string& what) {
   return got;
 }
 
+// A terminal DFA's size: 2 to MAX_LEXER_STATES states, 1 to 256 classes.
+void check_size(const std::string& name, int64_t n, int64_t nc) {
+  if (n < 2 || n > MAX_LEXER_STATES) throw std::invalid_argument(name + ": its DFA must have 2 to 65536 states");
+  if (nc < 1 || nc > 256) throw std::invalid_argument(name + ": 1 to 256 byte classes");
+}
+
+// One terminal's DFA (n x nc targets, classes[b] the class of byte b), checked, with its live transitions by
+// class and the fewest bytes from each state to acceptance.
+template <typename Accepting>
+TerminalDfa terminal_dfa(const std::string& name, const int32_t* tr, int64_t n, int64_t nc, const uint8_t* cl,
+                           const Accepting* accepting, int64_t start, std::vector<int64_t>& dist) {
+  check_size(name, n, nc);
+  if (start < 1 || start >= n) throw std::invalid_argument(name + ": start state out of range (or dead)");
+  for (int b = 0; b < 256; ++b)
+    if (cl[b] >= nc) throw std::invalid_argument(name + ": a byte class outside the table");
+  for (int64_t i = 0; i < n * nc; ++i)
+    if (tr[i] < 0 || tr[i] >= n) throw std::invalid_argument(name + ": a transition outside the DFA");
+  TerminalDfa d;
+  d.n = static_cast<int32_t>(n);
+  d.n_classes = static_cast<int32_t>(nc);
+  d.start = static_cast<int32_t>(start);
+  d.accepting.assign(n, 0);
+  d.classes.assign(cl, cl + 256);
+  d.out_ptr.assign(static_cast<size_t>(n) + 1, 0);
+  for (int64_t s = 1; s < n; ++s) {
+    d.accepting[s] = accepting[s] ? 1 : 0;
+    for (int64_t c = 0; c < nc; ++c)
+      if (tr[s * nc + c] != 0) {
+        d.out_class.push_back(static_cast<int32_t>(c));
+        d.out_to.push_back(tr[s * nc + c]);
+      }
+    d.out_ptr[s + 1] = static_cast<int32_t>(d.out_to.size());
+  }
+  // fewest bytes to acceptance, backwards breadth first over the live transitions (by class: a byte of a class
+  // leads where the class does), predecessors as CSR arrays
+  std::vector<uint8_t> has_byte(nc, 0);  // a class no byte is in leads nowhere
+  for (int b = 0; b < 256; ++b) has_byte[cl[b]] = 1;
+  std::vector<int32_t> rev_ptr(static_cast<size_t>(n) + 1, 0), rev(d.out_to.size());
+  for (size_t k = 0; k < d.out_to.size(); ++k)
+    if (has_byte[d.out_class[k]]) ++rev_ptr[d.out_to[k] + 1];
+  for (int64_t s = 0; s < n; ++s) rev_ptr[s + 1] += rev_ptr[s];
+  {
+    std::vector<int32_t> fill(rev_ptr.begin(), rev_ptr.end() - 1);
+    for (int64_t s = 1; s < n; ++s)
+      for (int32_t k = d.out_ptr[s]; k < d.out_ptr[s + 1]; ++k)
+        if (has_byte[d.out_class[k]]) rev[fill[d.out_to[k]]++] = static_cast<int32_t>(s);
+  }
+  dist.assign(n, UNREACHABLE);
+  std::vector<int32_t> queue;
+  queue.reserve(n);
+  for (int64_t s = 1; s < n; ++s)
+    if (d.accepting[s]) {
+      dist[s] = 0;
+      queue.push_back(static_cast<int32_t>(s));
+    }
+  for (size_t head = 0; head < queue.size(); ++head) {
+    const int32_t s = queue[head];
+    for (int32_t k = rev_ptr[s]; k < rev_ptr[s + 1]; ++k) {
+      const int32_t p = rev[k];
+      if (dist[p] == UNREACHABLE) {
+        dist[p] = dist[s] + 1;
+        queue.push_back(p);
+      }
+    }
+  }
+  if (d.accepting[d.start]) throw std::invalid_argument(name + " matches the empty string");
+  if (dist[d.start] >= UNREACHABLE) throw std::invalid_argument(name + " matches nothing");
+  return d;
+}
+
+// One terminal: (trans int32[n, nc], classes uint8[256], accepting bool[n], start), or bytes holding k rows of 32
+// (the byte sets of a chain, bit b of row i little-endian: lexemes of k bytes, byte i from set i).
 TerminalDfa read_terminal(const py::handle& h, size_t index, std::vector<int64_t>& dist) {
   const std::string name = "terminal " + std::to_string(index);
+  if (py::isinstance<py::bytes>(h)) {
+    const std::string rows = py::reinterpret_borrow<py::bytes>(h);
+    if (rows.empty() || rows.size() % 32 != 0)
+      throw std::invalid_argument(name + ": a chain of byte sets must be one or more rows of 32 bytes");
+    std::vector<Mask> masks(rows.size() / 32);
+    for (size_t i = 0; i < masks.size(); ++i) std::memcpy(masks[i].data(), rows.data() + 32 * i, 32);
+    check_size(name, static_cast<int64_t>(std::min<size_t>(masks.size() + 2, MAX_LEXER_STATES + 1)), 1);
+    const Dfa chain = chain_dfa(masks);
+    return terminal_dfa(name, chain.trans.data(), chain.n, chain.nc, chain.classes.data(), chain.accepting.data(),
+                          chain.start, dist);
+  }
   if (!py::isinstance<py::tuple>(h) && !py::isinstance<py::list>(h))
-    throw py::type_error(name + ": expected (trans, classes, accepting, start)");
+    throw py::type_error(name + ": expected (trans, classes, accepting, start) or a chain of byte sets (bytes)");
   auto tup = py::reinterpret_borrow<py::sequence>(h);
   if (tup.size() != 4) throw std::invalid_argument(name + ": expected (trans, classes, accepting, start)");
   auto trans = array_of<int32_t>(tup[0], name + ": trans");
@@ -48,61 +130,10 @@ TerminalDfa read_terminal(const py::handle& h, size_t index, std::vector<int64_t
   if (trans.ndim() != 2 || classes.ndim() != 1 || accepting.ndim() != 1)
     throw std::invalid_argument(name + ": trans must be 2-D, classes and accepting 1-D");
   const int64_t n = trans.shape(0), nc = trans.shape(1);
-  if (n < 2 || n > MAX_LEXER_STATES) throw std::invalid_argument(name + ": its DFA must have 2 to 65536 states");
-  if (nc < 1 || nc > 256) throw std::invalid_argument(name + ": 1 to 256 byte classes");
+  check_size(name, n, nc);
   if (classes.shape(0) != 256 || accepting.shape(0) != n)
     throw std::invalid_argument(name + ": classes must have 256 entries and accepting one per state");
-  if (start < 1 || start >= n) throw std::invalid_argument(name + ": start state out of range (or dead)");
-  const uint8_t* cl = classes.data();
-  for (int b = 0; b < 256; ++b)
-    if (cl[b] >= nc) throw std::invalid_argument(name + ": a byte class outside the table");
-  const int32_t* tr = trans.data();
-  for (int64_t i = 0; i < n * nc; ++i)
-    if (tr[i] < 0 || tr[i] >= n) throw std::invalid_argument(name + ": a transition outside the DFA");
-  TerminalDfa d;
-  d.n = static_cast<int32_t>(n);
-  d.n_classes = static_cast<int32_t>(nc);
-  d.start = static_cast<int32_t>(start);
-  d.trans.assign(static_cast<size_t>(n) * 256, 0);
-  d.accepting.assign(n, 0);
-  d.classes.assign(cl, cl + 256);
-  d.out_ptr.assign(static_cast<size_t>(n) + 1, 0);
-  for (int64_t s = 1; s < n; ++s) {
-    d.accepting[s] = accepting.data()[s] ? 1 : 0;
-    for (int b = 0; b < 256; ++b) d.trans[static_cast<size_t>(s) * 256 + b] = tr[s * nc + cl[b]];
-    for (int64_t c = 0; c < nc; ++c)
-      if (tr[s * nc + c] != 0) {
-        d.out_class.push_back(static_cast<int32_t>(c));
-        d.out_to.push_back(tr[s * nc + c]);
-      }
-    d.out_ptr[s + 1] = static_cast<int32_t>(d.out_to.size());
-  }
-  // fewest bytes to acceptance, backwards breadth first
-  std::vector<std::vector<int32_t>> rev(n);
-  for (int64_t s = 1; s < n; ++s)
-    for (int b = 0; b < 256; ++b) {
-      const int32_t t = d.trans[static_cast<size_t>(s) * 256 + b];
-      if (t != 0 && (rev[t].empty() || rev[t].back() != s)) rev[t].push_back(static_cast<int32_t>(s));
-    }
-  dist.assign(n, UNREACHABLE);
-  std::deque<int32_t> queue;
-  for (int64_t s = 1; s < n; ++s)
-    if (d.accepting[s]) {
-      dist[s] = 0;
-      queue.push_back(static_cast<int32_t>(s));
-    }
-  while (!queue.empty()) {
-    const int32_t s = queue.front();
-    queue.pop_front();
-    for (int32_t p : rev[s])
-      if (dist[p] == UNREACHABLE) {
-        dist[p] = dist[s] + 1;
-        queue.push_back(p);
-      }
-  }
-  if (d.accepting[d.start]) throw std::invalid_argument(name + " matches the empty string");
-  if (dist[d.start] >= UNREACHABLE) throw std::invalid_argument(name + " matches nothing");
-  return d;
+  return terminal_dfa(name, trans.data(), n, nc, classes.data(), accepting.data(), start, dist);
 }
 
 std::shared_ptr<Compiled> make_compiled(std::shared_ptr<Vocab> vocab, py::list terminals,

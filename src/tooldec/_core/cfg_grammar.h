@@ -40,7 +40,6 @@ constexpr int32_t MAX_LEXER_STATES = 1 << 16;
 
 // One terminal's byte DFA as a dense 256-wide table (state 0 dead).
 struct TerminalDfa {
-  std::vector<int32_t> trans;  // n * 256
   std::vector<uint8_t> classes;  // 256: bytes of one class lead alike from every state
   std::vector<uint8_t> accepting;
   // the live transitions by class: state q's are out_class/out_to[out_ptr[q] .. out_ptr[q + 1])

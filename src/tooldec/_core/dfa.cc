@@ -101,4 +101,41 @@ Dfa finish_table(const std::vector<int32_t>& table, int32_t nc, const std::vecto
   return d;
 }
 
+Dfa chain_dfa(const std::vector<Mask>& masks) {
+  // byte classes: each set splits the classes of its bytes (finish_table merges what the rows do not tell apart)
+  std::vector<int32_t> cls(256, 0), split_of, split_stamp;
+  int32_t nc = 1;
+  for (size_t i = 0; i < masks.size(); ++i) {
+    split_of.resize(nc);
+    split_stamp.resize(nc, -1);
+    for (int b = 0; b < 256; ++b) {
+      if (!mask_has(masks[i], b)) continue;
+      const int32_t c = cls[b];
+      if (split_stamp[c] != static_cast<int32_t>(i)) {
+        split_stamp[c] = static_cast<int32_t>(i);
+        split_of[c] = nc++;
+      }
+      cls[b] = split_of[c];
+    }
+  }
+  {  // numbered by first byte, with no number left unused (finish_table reads every class as some byte's)
+    std::vector<int32_t> order(nc, -1);
+    int32_t k = 0;
+    for (int b = 0; b < 256; ++b) {
+      if (order[cls[b]] < 0) order[cls[b]] = k++;
+      cls[b] = order[cls[b]];
+    }
+    nc = k;
+  }
+  // state 0 dead (the empty set of the subset construction), state i + 1 before byte i, the last accepting
+  const size_t n = masks.size() + 2;
+  std::vector<int32_t> table(n * static_cast<size_t>(nc), -1);
+  for (size_t i = 0; i < masks.size(); ++i)
+    for (int b = 0; b < 256; ++b)
+      if (mask_has(masks[i], b)) table[(i + 1) * nc + cls[b]] = static_cast<int32_t>(i + 2);
+  std::vector<uint8_t> accepting(n, 0);
+  accepting[n - 1] = 1;
+  return finish_table(table, nc, cls, accepting);
+}
+
 }  // namespace tooldec

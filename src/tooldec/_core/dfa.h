@@ -33,6 +33,10 @@ struct DfaView {
 Dfa finish_table(const std::vector<int32_t>& table, int32_t nc, const std::vector<int32_t>& cls,
                  const std::vector<uint8_t>& accepting);
 
+// The DFA of a sequence of byte sets (one byte from each of `masks`, in order): the arrays subset construction
+// and finish_table make of the same sequence written as IR, without the NFA (a Lark literal, a GBNF character).
+Dfa chain_dfa(const std::vector<Mask>& masks);
+
 // Subset construction of an NFA given as CSR arrays: n states, byte edges ep/em/et (mask id, target), epsilon
 // edges xp/xt; throws SchemaTooLarge past max_states.
 Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, const std::vector<Mask>& mask_list,

@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections import Counter
 from functools import cache
+from itertools import chain
 
 from tooldec.errors import GrammarError
+from tooldec.grammar.cfg.lark_ebnf import TREES, Expander, Symbols
 from tooldec.grammar.cfg.lark_reader import Definition, Ignore, Import, LarkSyntax, Node, error_at, read_lark
 from tooldec.grammar.cfg.lark_terms import AnonymousTerminals, Pattern, term_pattern
 from tooldec.grammar.cfg.model import ContextFreeGrammar, Rule, Terminal, nonterminal_symbol
 from tooldec.grammar.cfg.normalize import normalize
 from tooldec.grammar.cfg.terminal_regex import literal_ir, regex_ir
-
-_TREES = frozenset(("alts", "seq", "expr", "alias", "tmpl", "P"))
-_REPEAT_SPLIT = 50  # `x ~ n..m` with m at least this is split into helper rules, as Lark splits it
-_FACTOR_MAX = 5
-
-Alternative = tuple[tuple[Node, ...], "str | None"]
 
 
 @cache
@@ -40,69 +37,24 @@ def _common() -> dict[str, Definition]:
     return {d.name: d for d in statements if isinstance(d, Definition)}
 
 
-def _bottom_up(tree: Node) -> list[Node]:
-    """The tree nodes of `tree` in the order Lark's in-place transformers visit them (deepest level first)."""
-    order, i = [tree], 0
-    while i < len(order):
-        node = order[i]
-        i += 1
-        order += [c for c in node[:0:-1] if type(c) is tuple and c[0] in _TREES]
-    order.reverse()
-    return order
-
-
-def _substitute(tree: Node, args: dict[str, Node]) -> Node:
-    """A template body with its parameters replaced by the symbols given for them."""
-    done: dict[int, Node] = {}
-    for node in _bottom_up(tree):
-        kids = tuple(done.get(id(c), args.get(c[1], c) if type(c) is tuple and c[0] == "N" else c)
-                     for c in node[1:])
-        if node[0] == "tmpl" and node[1] in args:
-            kids = (args[node[1]][1], *kids[1:])
-        done[id(node)] = (node[0], *kids)
-    return done[id(tree)]
-
-
-def _small_factors(n: int) -> list[tuple[int, int]]:
-    """Pairs (a, b), each a + b <= 5, such that folding x -> x * a + b from 1 gives n (Lark's repeat split)."""
-    steps: list[tuple[int, int]] = []
-    while n > _FACTOR_MAX:
-        a = next(a for a in range(_FACTOR_MAX, 1, -1) if a + n % a <= _FACTOR_MAX)
-        steps.append((a, n % a))
-        n //= a
-    steps.append((n, 0))
-    return steps[::-1]
-
-
-def _alternatives(tree: Node) -> list[Alternative]:
-    """A rule body's alternatives as symbol sequences (with their alias), in Lark's order, duplicates dropped."""
-    done: dict[int, list[Alternative]] = {}
-    for node in _bottom_up(tree):
-        kind = node[0]
-        if kind == "seq":
-            acc: list[tuple[Node, ...]] = [()]
-            for child in node[1:]:
-                if child[0] not in _TREES:  # a symbol: appended to every sequence so far
-                    acc = [a + (child,) for a in acc]
-                    continue
-                options = done[id(child)]
-                if len(options) == 1:
-                    tail = options[0][0]
-                    acc = [a + tail for a in acc]
-                else:
-                    acc = [a + s for a in acc for s, _alias in options]
-            done[id(node)] = [(s, None) for s in acc]
-        elif kind == "alias":
-            done[id(node)] = [(s, node[2]) for s, _alias in done[id(node[1])]]
-        else:
-            found: dict[Alternative, None] = {}
-            for child in node[1:]:
-                if child[0] in _TREES:
-                    found.update(dict.fromkeys(done[id(child)]))
-                else:
-                    found[((child,), None)] = None
-            done[id(node)] = list(found)
-    return done[id(tree)]
+def _unused(blocks: dict[str, set[Node]], start: str) -> set[str]:
+    """The rules Lark drops: those of a name that no other name's rules use (but `start`), until none goes."""
+    users = Counter(chain.from_iterable(blocks.values()))  # symbol -> how many names' rules use it
+    dropped: set[str] = set()
+    queue = [name for name, symbols in blocks.items()
+             if name != start and users[key := ("N", name)] == (key in symbols)]
+    while queue:
+        name = queue.pop()
+        if name in dropped:
+            continue
+        dropped.add(name)
+        for sym in blocks[name]:
+            if sym[0] == "N" and sym[1] != name:
+                users[sym] -= 1
+                used = blocks.get(sym[1])  # None: not a rule (a template, refused if its user is kept)
+                if used is not None and users[sym] == (sym in used) and sym[1] != start:
+                    queue.append(sym[1])
+    return dropped
 
 
 class _Builder:
@@ -116,10 +68,6 @@ class _Builder:
         self.ignore: list[str] = []
         self.patterns: dict[tuple[bool, str], Pattern | None] = {}  # (from common, name) -> pattern; None: busy
         self.offsets: dict[str, int | None] = {}  # terminal name -> where an error about it points
-        self.cache: dict[object, Node] = {}  # EBNF helper rules by what they repeat
-        self.helpers: list[tuple[str, Node]] = []
-        self.count = 0
-        self.prefix = ""
 
     def fail(self, offset: int | None, message: str) -> GrammarError:
         """A GrammarError at `offset` (none when None)."""
@@ -167,6 +115,9 @@ class _Builder:
     def validate(self) -> None:
         """Every symbol and template used is defined (templates with the right number of arguments)."""
         uses = self.syntax.uses
+        if not self.syntax.templates and all(name in self.defs for name in uses):
+            self.check_ignored()  # every name used is defined: no tree needs walking
+            return
         for name, d in self.defs.items():
             if name in self.imported:
                 continue
@@ -186,8 +137,12 @@ class _Builder:
                     if template is None or len(template.params) != len(node) - 2:
                         raise self.fail(uses.get(node[1]), f"invalid Lark grammar: template '{node[1]}' is not "
                                                            f"defined with {len(node) - 2} parameters")
-                if node[0] in _TREES and node[0] != "P":
+                if node[0] in TREES and node[0] != "P":
                     stack += [c for c in node[:0:-1] if type(c) is tuple]
+        self.check_ignored()
+
+    def check_ignored(self) -> None:
+        """Every terminal named by `%ignore` is defined."""
         missing = [n for n in self.ignore if n not in self.defs]
         if missing:
             raise GrammarError(f"invalid Lark grammar: Terminals {missing} were marked to ignore but were not defined")
@@ -218,110 +173,38 @@ class _Builder:
         self.patterns[key] = found
         return found
 
-    def helper(self, kind: str, key: object, body: Node) -> Node:
-        """The helper rule for `key` (made with `body` on first use), named after the rule being expanded."""
-        found = self.cache.get(key)
-        if found is None:
-            name = f"__{self.prefix}_{kind}_{self.count}"
-            self.count += 1
-            found = self.cache[key] = ("N", name)
-            self.helpers.append((name, body if kind not in ("plus", "star") else
-                                 ("alts", ("seq", body), ("seq", found, body))))
-        return found
-
-    def repeat(self, a: int, b: int, target: Node, atom: Node) -> Node:
-        """A helper rule matching `target` a times, then `atom` b times."""
-        return self.helper(f"repeat_a{a}_b{b}", (a, b, target, atom), ("alts", ("seq", *[target] * a, *[atom] * b)))
-
-    def repeat_opt(self, a: int, b: int, target: Node, target_opt: Node, atom: Node) -> Node:
-        """A helper rule matching fewer repetitions than `repeat(a, b, target, atom)` does."""
-        body = ("alts", *[("seq", *[target] * i, target_opt) for i in range(a)],
-                *[("seq", *[target] * a, *[atom] * i) for i in range(b)])
-        return self.helper(f"repeat_a{a}_b{b}_opt", (a, b, target, atom, "opt"), body)
-
-    def repeats(self, item: Node, lo: int, hi: int) -> Node:
-        """`item ~ lo..hi`: spelled out when short, split into helper rules (as Lark splits it) when long."""
-        if hi < _REPEAT_SPLIT:
-            return ("alts", *[("seq", *[item] * n) for n in range(lo, hi + 1)])
-        low = item
-        for a, b in _small_factors(lo):
-            low = self.repeat(a, b, low, item)
-        if hi == lo:
-            return low
-        factors = _small_factors(hi - lo + 1)
-        target, optional = item, ("seq",)
-        for a, b in factors[:-1]:
-            optional = self.repeat_opt(a, b, target, optional, item)
-            target = self.repeat(a, b, target, item)
-        a, b = factors[-1]
-        return ("alts", ("seq", low, self.repeat_opt(a, b, target, optional, item)))
-
-    def expand(self, name: str, tree: Node, anon: AnonymousTerminals, rule_defs: list[tuple[str, Definition]],
-               created: set[str]) -> Node:
-        """A rule body with patterns named, templates instantiated and EBNF operators turned into BNF."""
-        self.prefix = name
-        done: dict[int, Node] = {}
-        for node in _bottom_up(tree):
-            kind = node[0]
-            if kind == "P":
-                term = anon.name(Pattern(node[1], node[2], node[3]))
-                self.offsets.setdefault(term, self.syntax.literals.get(node))
-                done[id(node)] = ("T", term)
-                continue
-            kids = tuple([done.get(id(c), c) for c in node[1:]])
-            if kind == "tmpl":
-                args = kids[1:]
-                result = f"{kids[0]}{{{','.join(a[1] for a in args)}}}"
-                if result not in created:
-                    created.add(result)
-                    template = self.defs[kids[0]]
-                    body = _substitute(template.tree, dict(zip(template.params, args)))
-                    rule_defs.append((result, Definition(result, False, body, template.offset)))
-                done[id(node)] = ("N", result)
-            elif kind == "expr":
-                item, op, lo, hi = kids
-                if op == "?":
-                    done[id(node)] = ("alts", item, ("seq",))
-                elif op == "+":
-                    done[id(node)] = self.helper("plus", item, item)
-                elif op == "*":
-                    done[id(node)] = ("alts", self.helper("star", item, item), ("seq",))
-                else:
-                    done[id(node)] = self.repeats(item, lo, hi)
-            else:
-                done[id(node)] = (kind, *kids)
-        return done[id(tree)]
-
-    def rules(self, anon: AnonymousTerminals) -> list[tuple[str, tuple[Node, ...]]]:
-        """Every rule as (name, symbols), in Lark's order, duplicates dropped (GrammarError if not empty)."""
-        rule_defs = [(n, d) for n, d in self.defs.items() if not d.is_term]
-        bodies: list[tuple[str, Node]] = []
-        created: set[str] = set()
+    def rules(self, anon: AnonymousTerminals) -> list[tuple[str, list[Symbols]]]:
+        """Every rule name with its alternatives' symbols, in Lark's order, duplicates dropped (GrammarError if not
+        empty)."""
+        expander = Expander(self.defs, anon, self.syntax.literals, self.offsets)
+        bodies = [(n, expander.expand(n, d.tree)) for n, d in self.defs.items() if not d.is_term and not d.params]
         i = 0
-        while i < len(rule_defs):  # template instances are appended while this runs
-            name, d = rule_defs[i]
+        while i < len(expander.instances):  # template instances, made while this runs
+            name, d = expander.instances[i]
             i += 1
-            if not d.params:
-                bodies.append((name, self.expand(name, d.tree, anon, rule_defs, created)))
-        out: dict[tuple[str, tuple[Node, ...]], None] = {}
-        for name, body in bodies + self.helpers:
-            for symbols, alias in _alternatives(body):
+            bodies.append((name, expander.expand(name, d.tree)))
+        out: list[tuple[str, list[Symbols]]] = []
+        for name, alternatives in bodies + expander.helpers:  # each name once
+            seen: dict[Symbols, None] = {}
+            for symbols, alias in alternatives:
                 if alias is not None and name.startswith("_"):
                     raise self.fail(self.offsets.get(name), f"invalid Lark grammar: Rule {name} is marked for "
                                                             f"expansion and isn't allowed to have aliases ({alias})")
-                if (name, symbols) in out and symbols:
+                if symbols in seen and symbols:
                     raise self.fail(self.offsets.get(name), f"invalid Lark grammar: Rules defined twice: {name} "
                                                             "(aliases differ on the same expansion)")
-                out[(name, symbols)] = None
-        return list(out)
+                seen[symbols] = None
+            out.append((name, list(seen)))
+        return out
 
     def terminal(self, name: str, pattern: Pattern, priority: int) -> Terminal:
         """One terminal as byte-level IR; refusals point at its definition or its first use."""
         try:
+            flags = sorted(pattern.flags) if pattern.flags else ()
             if pattern.kind == "str":
-                node = literal_ir(pattern.value, sorted(pattern.flags), name=name)
+                node = literal_ir(pattern.value, flags, name=name)
             else:
-                node = regex_ir(pattern.value, sorted(pattern.flags), name=name)
+                node = regex_ir(pattern.value, flags, name=name)
         except GrammarError as exc:
             raise self.fail(self.offsets.get(name), exc.reason) from None
         return Terminal(name, node, priority=priority, literal=pattern.kind == "str")
@@ -331,25 +214,24 @@ class _Builder:
         terminals = [(n, self.pattern(False, n), d.priority) for n, d in self.defs.items() if d.is_term]
         anon = AnonymousTerminals(terminals)
         rules = self.rules(anon)
-        refs = [{s[1] for s in symbols if s[0] == "N"} - {origin} for origin, symbols in rules]
-        while True:  # a rule used by none but itself goes, until none does
-            used = {start}.union(*refs)
-            kept = [i for i, r in enumerate(rules) if r[0] in used]
-            if len(kept) == len(rules):
-                break
-            rules, refs = [rules[i] for i in kept], [refs[i] for i in kept]
-        used_terms = {s[1] for _o, symbols in rules for s in symbols if s[0] == "T"}
+        blocks = {name: set().union(*alternatives) for name, alternatives in rules}  # the symbols each name uses
+        dropped = _unused(blocks, start)
+        used_terms = {s[1] for o, symbols in blocks.items() if o not in dropped for s in symbols if s[0] == "T"}
         used_terms.update(self.ignore)
         compiled = [self.terminal(n, p, prio) for n, p, prio in anon.terminals if n in used_terms]
         term_index = {t.name: i for i, t in enumerate(compiled)}
-        nt_index: dict[str, int] = {}
-        for origin, _symbols in rules:
-            nt_index.setdefault(origin, len(nt_index))
+        nt_index = {name: i for i, name in enumerate(n for n in blocks if n not in dropped)}
         if start not in nt_index:
             raise GrammarError(f"the start rule {start!r} is not defined")
         number = {("T", name): i for name, i in term_index.items()}
         number.update({("N", name): nonterminal_symbol(i) for name, i in nt_index.items()})
-        bnf = [Rule(nt_index[o], tuple(map(number.__getitem__, symbols))) for o, symbols in rules]
+        try:
+            bnf = [Rule(nt_index[o], tuple(map(number.__getitem__, symbols)))
+                   for o, alternatives in rules if o not in dropped for symbols in alternatives]
+        except KeyError as exc:  # a template used as a plain rule (as Lark, only where the rule is kept)
+            name = exc.args[0][1]
+            raise self.fail(self.syntax.uses.get(name), f"invalid Lark grammar: template '{name}' is not defined "
+                                                        "with 0 parameters") from None
         return normalize(ContextFreeGrammar(
             terminals=tuple(compiled),
             nonterminals=tuple(nt_index),

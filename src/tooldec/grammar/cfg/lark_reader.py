@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from tooldec.errors import GrammarError
 
@@ -43,17 +42,15 @@ _TOKEN = re.compile(r"""
   | (?P<mod>(?:![?]?|[?]!?)(?=[_a-z]))
   | (?P<op>[+*?])
   | (?P<number>[+-]?\d+)
-  )""", re.VERBOSE)
+  )
+  | (?P<bad>[\s\S])  # a character no token starts with (an error)
+""", re.VERBOSE)
 _SHOWN = {"nl": "a line end", "eof": "the end of the grammar"}
 
 
-class Token(NamedTuple):
-    """A lexical unit of the grammar text: its kind (a `_TOKEN` group, or the punctuation itself) and value (a
-    named tuple: a grammar has hundreds, and a frozen dataclass's constructor runs in Python)."""
-
-    kind: str
-    value: str
-    offset: int
+Token = tuple[str, str, int]
+"""A lexical unit of the grammar text: its kind (a `_TOKEN` group, or the punctuation itself), its value and its
+offset (a plain tuple: a grammar has hundreds, and a named tuple's constructor runs in Python)."""
 
 
 @dataclass
@@ -89,11 +86,13 @@ class Ignore:
 
 @dataclass
 class LarkSyntax:
-    """A grammar file's statements, and the first place each symbol name and each literal is used."""
+    """A grammar file's statements, the first place each symbol name and each literal is used, and whether a
+    template is defined or used."""
 
     statements: list[Definition | Import | Ignore]
     uses: dict[str, int] = field(default_factory=dict)
     literals: dict[Node, int] = field(default_factory=dict)
+    templates: bool = False
 
 
 def error_at(text: str, offset: int, message: str) -> GrammarError:
@@ -105,20 +104,26 @@ def error_at(text: str, offset: int, message: str) -> GrammarError:
 def tokenize(text: str) -> list[Token]:
     """The tokens of `text`, ending with a line end and "eof"; GrammarError at a character no token starts with."""
     tokens: list[Token] = []
-    pos, n, match = 0, len(text), _TOKEN.match
-    while pos < n:
-        m = match(text, pos)
-        if m is None:
-            raise error_at(text, pos, f"invalid Lark grammar: Unexpected input {text[pos]!r}")
+    append = tokens.append
+    for m in _TOKEN.finditer(text):  # every character is in some match: "bad" takes any other one
         kind = m.lastgroup
-        if kind == "nl" and m.group("bar"):
-            tokens.append(Token("|", "|", m.start("bar")))
-        elif kind != "skip":
-            value = m.group(kind)  # type: ignore[arg-type]
-            tokens.append(Token(value if kind == "punct" else kind, value, m.start(kind)))  # type: ignore[arg-type]
-        pos = m.end()
-    tokens.append(Token("nl", "\n", n))
-    tokens.append(Token("eof", "", n))
+        if kind == "skip":
+            continue
+        value = m[kind]  # type: ignore[index]
+        if kind == "nl":
+            if m["bar"]:
+                append(("|", "|", m.start("bar")))
+            else:
+                append(("nl", value, m.start(kind)))
+        elif kind == "punct":
+            append((value, value, m.start(kind)))
+        elif kind == "bad":
+            raise error_at(text, m.start(kind), f"invalid Lark grammar: Unexpected input {value!r}")
+        else:
+            append((kind, value, m.start(kind)))  # type: ignore[arg-type]
+    n = len(text)
+    append(("nl", "\n", n))
+    append(("eof", "", n))
     return tokens
 
 
@@ -156,6 +161,10 @@ def unescape(body: str, is_string: bool) -> str:
     return value.replace("\\\\", "\\") if is_string else value
 
 
+_NO_FLAGS: frozenset[str] = frozenset()
+_VALUES = frozenset(("rule", "term", "string", "regexp"))
+
+
 class _Reader:
     """Reads the token list statement by statement."""
 
@@ -167,129 +176,131 @@ class _Reader:
 
     def error(self, token: Token, message: str) -> GrammarError:
         """A GrammarError at `token`."""
-        return error_at(self.text, token.offset, "invalid Lark grammar: " + message)
+        return error_at(self.text, token[2], "invalid Lark grammar: " + message)
 
     def unexpected(self, token: Token, expected: str) -> GrammarError:
         """The error for a token that cannot come here."""
-        shown = _SHOWN.get(token.kind, repr(token.value))
+        shown = _SHOWN.get(token[0], repr(token[1]))
         return self.error(token, f"Unexpected token {shown}; expected {expected}")
 
     def take(self, *kinds: str) -> Token | None:
         """The next token if it has one of `kinds` (consumed), else None."""
         token = self.tokens[self.i]
-        if token.kind in kinds:
+        if token[0] in kinds:
             self.i += 1
             return token
         return None
 
     def need(self, kind: str, expected: str) -> Token:
         """The next token, which must be of `kind`."""
-        token = self.take(kind)
-        if token is None:
-            raise self.unexpected(self.tokens[self.i], expected)
+        token = self.tokens[self.i]
+        if token[0] != kind:
+            raise self.unexpected(token, expected)
+        self.i += 1
         return token
 
     def read(self) -> LarkSyntax:
         """Every statement of the grammar."""
         while True:
-            token = self.tokens[self.i]
-            if token.kind == "eof":
+            kind = self.tokens[self.i][0]
+            if kind == "eof":
                 return self.syntax
-            if token.kind == "nl":
+            if kind == "nl":
                 self.i += 1
-            elif token.kind in ("mod", "rule", "term"):
+            elif kind in ("mod", "rule", "term"):
                 self.syntax.statements.append(self.definition())
-            elif token.kind == "directive":
+            elif kind == "directive":
                 self.directive()
             else:
-                raise self.error(token, "Expecting rule or terminal definition")
+                raise self.error(self.tokens[self.i], "Expecting rule or terminal definition")
 
     def definition(self) -> Definition:
         """`[mod] rule[{params}][.n]: body` or `TERM[.n]: body`."""
         mod = self.take("mod")
-        name = self.tokens[self.i]
-        if name.kind not in ("rule", "term") or (mod is not None and name.kind != "rule"):
-            raise self.unexpected(name, "a rule name")
+        name_kind, name, offset = token = self.tokens[self.i]
+        if name_kind not in ("rule", "term") or (mod is not None and name_kind != "rule"):
+            raise self.unexpected(token, "a rule name")
         self.i += 1
         params: list[str] = []
-        if name.kind == "rule" and self.take("{"):
-            params.append(self.need("rule", "a template parameter").value)
+        if name_kind == "rule" and self.take("{"):
+            self.syntax.templates = True
+            params.append(self.need("rule", "a template parameter")[1])
             while self.take(","):
-                params.append(self.need("rule", "a template parameter").value)
+                params.append(self.need("rule", "a template parameter")[1])
             self.need("}", "'}'")
         priority = 0
         if self.take("dot"):
-            priority = int(self.need("number", "a priority number").value)
+            priority = int(self.need("number", "a priority number")[1])
         if self.take(":") is None:
             raise self.error(self.tokens[self.i], "Expecting rule or terminal definition (missing colon)")
-        tree = self.body(allow_alias=name.kind == "rule")
-        return Definition(name.value, name.kind == "term", tree, name.offset, priority, tuple(params),
-                          inlined_expand1=mod is not None and "?" in mod.value and name.value.startswith("_"))
+        tree = self.body(allow_alias=name_kind == "rule")
+        return Definition(name, name_kind == "term", tree, offset, priority, tuple(params),
+                          inlined_expand1=mod is not None and "?" in mod[1] and name.startswith("_"))
 
     def directive(self) -> None:
         """`%ignore`, `%import`; the other directives are refused."""
-        token = self.tokens[self.i]
+        _kind, value, offset = self.tokens[self.i]
         self.i += 1
-        if token.value == "%ignore":
-            self.syntax.statements.append(Ignore(self.body(allow_alias=False), token.offset))
-        elif token.value == "%import":
+        if value == "%ignore":
+            self.syntax.statements.append(Ignore(self.body(allow_alias=False), offset))
+        elif value == "%import":
             self.syntax.statements.append(self.import_statement())
-        elif token.value == "%declare":
-            raise error_at(self.text, token.offset, "%declare is not supported: every terminal needs a definition "
-                                                    "(a string or a regex)")
-        elif token.value in ("%override", "%extend"):
-            raise error_at(self.text, token.offset, f"{token.value} is not supported")
+        elif value == "%declare":
+            raise error_at(self.text, offset, "%declare is not supported: every terminal needs a definition "
+                                              "(a string or a regex)")
+        elif value in ("%override", "%extend"):
+            raise error_at(self.text, offset, f"{value} is not supported")
         else:
-            raise error_at(self.text, token.offset, f"invalid Lark grammar: Unexpected input {token.value!r}")
+            raise error_at(self.text, offset, f"invalid Lark grammar: Unexpected input {value!r}")
 
     def import_statement(self) -> Import:
         """`%import [.]a.b.NAME [-> ALIAS]` or `%import [.]a.b (N1, N2)`."""
-        start = self.tokens[self.i]
+        offset = self.tokens[self.i][2]
         relative = self.take("dot") is not None
-        path = [self.need_name().value]
+        path = [self.need_name()]
         while self.take("dot"):
-            path.append(self.need_name().value)
+            path.append(self.need_name())
         if self.take("("):
-            names = [self.need_name().value]
+            names = [self.need_name()]
             while self.take(","):
-                names.append(self.need_name().value)
+                names.append(self.need_name())
             self.need(")", "')'")
             aliases = {name: name for name in names}
         else:
             if len(path) == 1:
-                raise error_at(self.text, start.offset, f"invalid Lark grammar: Nothing was imported from grammar "
-                                                        f"`{path[0]}`")
+                raise error_at(self.text, offset, f"invalid Lark grammar: Nothing was imported from grammar "
+                                                  f"`{path[0]}`")
             name = path.pop()
-            aliases = {name: self.need_name().value if self.take("to") else name}
+            aliases = {name: self.need_name() if self.take("to") else name}
         self.need("nl", "a line end")
-        return Import(tuple(path), relative, aliases, start.offset)
+        return Import(tuple(path), relative, aliases, offset)
 
-    def need_name(self) -> Token:
+    def need_name(self) -> str:
         """A rule or terminal name."""
         token = self.take("rule", "term")
         if token is None:
             raise self.unexpected(self.tokens[self.i], "a name")
-        return token
+        return token[1]
 
     def literal(self, token: Token) -> Node:
         """A string or regex token as a pattern leaf; a string followed by `..` makes a range."""
-        value = token.value
+        kind, value, offset = token
         flags_at = max(value.rfind('"'), value.rfind("/")) + 1
         body, flags = value[1:flags_at - 1], frozenset(value[flags_at:])
-        is_string = token.kind == "string"
+        is_string = kind == "string"
         if not is_string and "\n" in body and "x" not in flags:
             raise self.error(token, "You can only use newlines in regular expressions with the `x` (verbose) flag")
         if is_string and self.take("dotdot"):
-            end = self.need("string", "a string after '..'")
-            end_body = end.value[1:-1]
+            end = self.need("string", "a string after '..'")[1]
+            end_body = end[1:-1]
             try:
-                ok = not flags and end.value.endswith('"') and len(unescape(body, True)) == 1 == len(
+                ok = not flags and end.endswith('"') and len(unescape(body, True)) == 1 == len(
                     unescape(end_body, True))
             except ValueError:
                 ok = False
             if not ok:
                 raise self.error(token, 'a range must join two one-character strings, like "a".."z"')
-            node: Node = ("P", "re", f"[{body}-{end_body}]", frozenset())
+            node: Node = ("P", "re", f"[{body}-{end_body}]", _NO_FLAGS)
         else:
             try:
                 evaluated = unescape(body, is_string)
@@ -298,82 +309,105 @@ class _Reader:
             if not evaluated:
                 raise self.error(token, f"Empty terminals are not allowed ({value})")
             node = ("P", "str" if is_string else "re", evaluated, flags)
-        self.syntax.literals.setdefault(node, token.offset)
+        self.syntax.literals.setdefault(node, offset)
         return node
 
     def value(self, token: Token, depth: int) -> Node:
         """A terminal, a rule, a template use (`name{args}`) or a literal, starting at `token` (consumed)."""
-        if token.kind in ("string", "regexp"):
+        kind, name, offset = token
+        if kind == "string" or kind == "regexp":
             return self.literal(token)
-        self.syntax.uses.setdefault(token.value, token.offset)
-        if token.kind == "term":
-            return ("T", token.value)
+        self.syntax.uses.setdefault(name, offset)
+        if kind == "term":
+            return ("T", name)
         if not self.take("{"):
-            return ("N", token.value)
+            return ("N", name)
         if depth > MAX_DEPTH:
             raise self.error(token, f"the Lark grammar nests too deeply (more than {MAX_DEPTH} levels)")
+        self.syntax.templates = True
         args = [self.value(self.need_value(), depth + 1)]
         while self.take(","):
             args.append(self.value(self.need_value(), depth + 1))
         self.need("}", "'}'")
-        return ("tmpl", token.value, *args)
+        return ("tmpl", name, *args)
 
     def need_value(self) -> Token:
         """The next token, which must start a value."""
-        token = self.take("rule", "term", "string", "regexp")
-        if token is None:
-            raise self.unexpected(self.tokens[self.i], "a value")
+        token = self.tokens[self.i]
+        if token[0] not in _VALUES:
+            raise self.unexpected(token, "a value")
+        self.i += 1
         return token
 
     def body(self, allow_alias: bool) -> Node:
-        """Alternatives up to the end of the statement, with an explicit stack of open groups."""
-        stack: list[tuple[Token | None, list[Node], list[Node]]] = [(None, [], [])]  # opener, alternatives, items
+        """Alternatives up to the end of the statement, with an explicit stack of open groups.
+
+        The commonest values (a terminal, a rule, a plain string) are read inline: a body is most of the tokens."""
+        tokens, uses, literals = self.tokens, self.syntax.uses, self.syntax.literals
+        opener: Token | None = None
+        alternatives: list[Node] = []
+        items: list[Node] = []
+        stack: list[tuple[Token | None, list[Node], list[Node]]] = []  # the enclosing groups' state
         fixed = False  # whether the last item already carries an operator
         while True:
-            token = self.tokens[self.i]
+            token = tokens[self.i]
             self.i += 1
-            opener, alternatives, items = stack[-1]
-            kind = token.kind
-            if kind in ("rule", "term", "string", "regexp"):
-                items.append(self.value(token, len(stack)))
+            kind, value, offset = token
+            if kind == "term":
+                uses.setdefault(value, offset)
+                items.append(("T", value))
                 fixed = False
-            elif kind in ("op", "~"):
+            elif kind == "rule" and tokens[self.i][0] != "{":
+                uses.setdefault(value, offset)
+                items.append(("N", value))
+                fixed = False
+            elif kind == "string" and len(value) > 2 and value[-1] == '"' and "\\" not in value and (
+                    tokens[self.i][0] != "dotdot"):
+                node: Node = ("P", "str", value[1:-1], _NO_FLAGS)  # `literal` of a plain string
+                literals.setdefault(node, offset)
+                items.append(node)
+                fixed = False
+            elif kind in _VALUES:
+                items.append(self.value(token, len(stack) + 1))
+                fixed = False
+            elif kind == "op" or kind == "~":
                 if not items or fixed:
                     raise self.unexpected(token, "a value before the operator")
                 if kind == "op":
-                    items[-1] = ("expr", items[-1], token.value, 0, 0)
+                    items[-1] = ("expr", items[-1], value, 0, 0)
                 else:
-                    lo = hi = int(self.need("number", "a number after '~'").value)
+                    lo = hi = int(self.need("number", "a number after '~'")[1])
                     if self.take("dotdot"):
-                        hi = int(self.need("number", "a number after '..'").value)
+                        hi = int(self.need("number", "a number after '..'")[1])
                     if hi < lo or lo < 0:
                         raise self.error(token, f"Bad Range for repeat ({lo}..{hi} isn't allowed)")
                     items[-1] = ("expr", items[-1], "~", lo, hi)
                 fixed = True
-            elif kind in ("(", "["):
-                if len(stack) > MAX_DEPTH:
+            elif kind == "(" or kind == "[":
+                if len(stack) >= MAX_DEPTH:
                     raise self.error(token, f"the Lark grammar nests too deeply (more than {MAX_DEPTH} levels)")
-                stack.append((token, [], []))
-            elif kind in (")", "]"):
-                if opener is None or (opener.kind == "(") != (kind == ")"):
+                stack.append((opener, alternatives, items))
+                opener, alternatives, items = token, [], []
+            elif kind == ")" or kind == "]":
+                if opener is None or (opener[0] == "(") != (kind == ")"):
                     raise self.unexpected(token, "a value, '|' or the end of the group")
                 alternatives.append(("seq", *items))
-                stack.pop()
                 group: Node = ("alts", *alternatives)
-                stack[-1][2].append(group if kind == ")" else ("expr", group, "?", 0, 0))
+                opener, alternatives, items = stack.pop()
+                items.append(group if kind == ")" else ("expr", group, "?", 0, 0))
                 fixed = False
             elif kind == "|":
                 alternatives.append(("seq", *items))
-                stack[-1] = (opener, alternatives, [])
+                items = []
                 fixed = False
             elif kind == "to" and allow_alias and opener is None:
-                alias = self.need("rule", "an alias name (lowercase)")
-                alternatives.append(("alias", ("seq", *items), alias.value))
-                stack[-1] = (opener, alternatives, [])
-                after = self.tokens[self.i]
-                if after.kind not in ("|", "nl"):
+                alias = self.need("rule", "an alias name (lowercase)")[1]
+                alternatives.append(("alias", ("seq", *items), alias))
+                items = []
+                after = tokens[self.i]
+                if after[0] not in ("|", "nl"):
                     raise self.unexpected(after, "'|' or a line end after an alias")
-                if after.kind == "|":
+                if after[0] == "|":
                     self.i += 1
                 else:
                     return ("alts", *alternatives)

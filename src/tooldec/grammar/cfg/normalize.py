@@ -14,18 +14,15 @@ from tooldec.errors import GrammarError
 from tooldec.grammar.cfg.model import ContextFreeGrammar, Rule, nonterminal_symbol, symbol_nonterminal
 
 
-def _productive(grammar: ContextFreeGrammar) -> list[bool]:
-    """Per nonterminal, whether it derives at least one terminal string."""
-    count = len(grammar.nonterminals)
-    waiting = [0] * len(grammar.rules)  # per rule, occurrences of nonterminals not yet known productive
+def _productive(rules: tuple[Rule, ...], needs: list[list[int]], count: int) -> list[bool]:
+    """Per nonterminal, whether it derives at least one terminal string (`needs`: each rule's nonterminals)."""
+    waiting = [len(n) for n in needs]  # per rule, occurrences of nonterminals not yet known productive
     uses: list[list[int]] = [[] for _ in range(count)]  # per nonterminal, one rule index per occurrence
-    for i, rule in enumerate(grammar.rules):
-        for sym in rule.rhs:
-            if sym < 0:
-                waiting[i] += 1
-                uses[-sym - 1].append(i)  # symbol_nonterminal, inlined: this loop sees every symbol
+    for i, n in enumerate(needs):
+        for sym in n:
+            uses[~sym].append(i)  # symbol_nonterminal, inlined
     productive = [False] * count
-    queue = deque(rule.lhs for i, rule in enumerate(grammar.rules) if waiting[i] == 0)
+    queue = deque(rules[i].lhs for i, w in enumerate(waiting) if w == 0)
     while queue:
         nt = queue.popleft()
         if productive[nt]:
@@ -33,8 +30,8 @@ def _productive(grammar: ContextFreeGrammar) -> list[bool]:
         productive[nt] = True
         for i in uses[nt]:
             waiting[i] -= 1
-            if waiting[i] == 0 and not productive[grammar.rules[i].lhs]:
-                queue.append(grammar.rules[i].lhs)
+            if waiting[i] == 0 and not productive[rules[i].lhs]:
+                queue.append(rules[i].lhs)
     return productive
 
 
@@ -43,29 +40,32 @@ def normalize(grammar: ContextFreeGrammar) -> ContextFreeGrammar:
 
     Ignored terminals are kept even where no rule uses them. Raises GrammarError if the language is empty.
     """
-    productive = _productive(grammar)
+    rules = grammar.rules
+    count = len(grammar.nonterminals)
+    needs = [[s for s in rhs if s < 0] for _lhs, rhs in rules]  # per rule, its nonterminals
+    productive = _productive(rules, needs, count)
     if not productive[grammar.start]:
         raise GrammarError(f"the grammar's language is empty: start symbol {grammar.nonterminals[grammar.start]!r} "
                            "derives no string of terminals (each of its derivations recurses forever)")
-    rules = grammar.rules
-    live = rules if all(productive) else [r for r in rules if all(s >= 0 or productive[-s - 1] for s in r.rhs)]
-    by_lhs: list[list[Rule]] = [[] for _ in grammar.nonterminals]
-    for rule in live:
-        by_lhs[rule.lhs].append(rule)
-    reachable = [False] * len(grammar.nonterminals)
+    every = all(productive)
+    live = range(len(rules)) if every else [i for i, n in enumerate(needs) if all(productive[~s] for s in n)]
+    by_lhs: list[list[int]] = [[] for _ in range(count)]  # per nonterminal, its live rules' indices
+    for i in live:
+        by_lhs[rules[i].lhs].append(i)
+    reachable = [False] * count
     reachable[grammar.start] = True
     queue = deque([grammar.start])
     while queue:
-        for rule in by_lhs[queue.popleft()]:
-            for sym in rule.rhs:
-                if sym < 0 and not reachable[nt := symbol_nonterminal(sym)]:
+        for i in by_lhs[queue.popleft()]:
+            for sym in needs[i]:
+                if not reachable[nt := ~sym]:
                     reachable[nt] = True
                     queue.append(nt)
-    kept = list(dict.fromkeys(live if all(reachable) else (r for r in live if reachable[r.lhs])))
-    used_terms = set(grammar.ignore)
-    used_terms.update(s for r in kept for s in r.rhs if s >= 0)
+    everywhere = all(reachable)
+    kept = list(dict.fromkeys(rules[i] for i in live if everywhere or reachable[rules[i].lhs]))
+    used_terms = {s for s in set(grammar.ignore).union(*[r.rhs for r in kept]) if s >= 0}
     ignore = tuple(dict.fromkeys(grammar.ignore))
-    if len(kept) == len(rules) and all(reachable) and len(used_terms) == len(grammar.terminals):
+    if len(kept) == len(rules) and everywhere and len(used_terms) == len(grammar.terminals):
         # nothing dropped: every symbol keeps its number (the common case, worth skipping the renumbering)
         return grammar if ignore == grammar.ignore else replace(grammar, ignore=ignore)
     term_map = {old: new for new, old in enumerate(sorted(used_terms))}

@@ -19,7 +19,7 @@ from re import _constants as C  # type: ignore[attr-defined]
 from typing import Any
 
 from tooldec.errors import GrammarError
-from tooldec.grammar.ir import EMPTY, Alt, Bytes, Node, Repeat, Seq, alt, lit, seq
+from tooldec.grammar.ir import _BYTE, EMPTY, Alt, Bytes, Node, Repeat, Seq, alt, lit, seq
 from tooldec.grammar.regex import _python_class
 from tooldec.grammar.strings import (
     MAX_CODEPOINT,
@@ -34,6 +34,7 @@ from tooldec.grammar.strings import (
 _FLAGS = {"i": int(re.IGNORECASE), "s": int(re.DOTALL)}
 _SUPPORTED = int(re.IGNORECASE | re.DOTALL | re.UNICODE)  # UNICODE is implied for every str pattern
 _CHAR_FLAGS = int(re.IGNORECASE | re.DOTALL)  # the flags that change what one character matches
+_IGNORECASE = _FLAGS["i"]
 _BEGIN = (C.AT_BEGINNING, C.AT_BEGINNING_STRING)
 _END = (C.AT_END, C.AT_END_STRING)
 _CHAR_OPS = (C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN)
@@ -45,6 +46,14 @@ _REFUSED_OPS = {
     C.ATOMIC_GROUP: "an atomic group",
     C.POSSESSIVE_REPEAT: "a possessive quantifier",
 }
+_MAY_WARN = re.compile(r"\[\[|--|&&|~~|\|\||\(\?[P(]")
+"""Where `re`'s parser may warn (a possible nested set or set operation inside a class, a group name): wider
+than its tests, never narrower."""
+_LITERAL_CHAR = r"(?:[^\\.^$*+?{}\[\]|()]|\\[^A-Za-z0-9])"  # a character re reads as itself (no flags)
+_CHOICE = re.compile(f"{_LITERAL_CHAR}+(?:\\|{_LITERAL_CHAR}+)*")
+_OPTION = re.compile(r"(?:[^\\|]|\\[\s\S])+")
+_ESCAPED = re.compile(r"\\([\s\S])")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _CATEGORIES = {
     C.CATEGORY_DIGIT: ("isdecimal", False), C.CATEGORY_NOT_DIGIT: ("isdecimal", True),
     C.CATEGORY_WORD: ("isalnum", False), C.CATEGORY_NOT_WORD: ("isalnum", True),
@@ -128,7 +137,7 @@ def _char_ranges(op: object, av: object, flags: int) -> Ranges:
 class _Converter:
     """Turns one parsed pattern into IR; `at_start`/`at_end` say whether a piece sits at the lexeme's edge."""
 
-    def sequence(self, items: list[tuple[object, object]], flags: int, at_start: bool, at_end: bool) -> Node:
+    def sequence(self, items: list[tuple[object, Any]], flags: int, at_start: bool, at_end: bool) -> Node:
         """A concatenation; anchors at the lexeme's edges hold on every whole-lexeme match, so they drop."""
         items = list(getattr(items, "data", items))  # a SubPattern's own list: no __getitem__ call per item
         while at_start and items and items[0][0] is C.AT and items[0][1] in _BEGIN:
@@ -136,8 +145,10 @@ class _Converter:
         while at_end and items and items[-1][0] is C.AT and items[-1][1] in _END:
             items.pop()
         last = len(items) - 1
-        return seq(*(self.item(op, av, flags, at_start and i == 0, at_end and i == last)
-                     for i, (op, av) in enumerate(items)))
+        folded = flags & _IGNORECASE
+        return seq(*[_BYTE[av] if op is C.LITERAL and av < 0x80 and not folded  # `item` of an ASCII character
+                     else self.item(op, av, flags, at_start and i == 0, at_end and i == last)
+                     for i, (op, av) in enumerate(items)])
 
     def item(self, op: object, av: Any, flags: int, at_start: bool, at_end: bool) -> Node:
         """One parsed element under the flags in force there."""
@@ -226,11 +237,164 @@ def regex_ir(pattern: str, flags: Iterable[str] = (), *, name: str) -> Node:
 def fullmatch_ir(pattern: str, flags: Iterable[str] = (), *, name: str) -> Node:
     """The UTF-8 byte strings that `re.fullmatch(pattern, text, flags)` accepts, as IR (the empty string too, where
     it does); GrammarError naming `name` for a construct that is refused."""
+    flags = tuple(flags)
+    if not flags:
+        if (options := _literal_options(pattern)) is not None:
+            return _choice_ir(options)
+        if (node := _simple_ir(pattern)) is not None:
+            return node
+    return _parsed_ir(pattern, flags, name)
+
+
+_ESCAPE_CHARS = {"n": 10, "t": 9, "r": 13, "f": 12, "v": 11}
+_ESCAPE_CATEGORIES = {"d": C.CATEGORY_DIGIT, "D": C.CATEGORY_NOT_DIGIT, "w": C.CATEGORY_WORD,
+                      "W": C.CATEGORY_NOT_WORD, "s": C.CATEGORY_SPACE, "S": C.CATEGORY_NOT_SPACE}
+_REPEATS = {"*": (0, None), "+": (1, None), "?": (0, 1)}
+
+
+def _escape_item(c: str) -> tuple[object, object] | None:
+    """re's item for the escape `\\c` (inside or outside a class): a character, or a class escape; None for the
+    escapes left to re's parser (\\b, \\x, \\u, digits, letters)."""
+    if c in _ESCAPE_CHARS:
+        return (C.LITERAL, _ESCAPE_CHARS[c])
+    if c in _ESCAPE_CATEGORIES:
+        return (C.CATEGORY, _ESCAPE_CATEGORIES[c])
+    return None if c.isascii() and c.isalnum() else (C.LITERAL, ord(c))
+
+
+def _simple_ir(pattern: str) -> Node | None:
+    """The converter's IR of a pattern that is a sequence of characters, `.`, escapes and `[...]` classes, each
+    maybe under `*`, `+` or `?` (lazy or not), as re parses it (Lark's NAME, INT, whitespace); None for any other
+    pattern (groups, `|`, counted repeats, anchors) and wherever re would refuse, so that re's parser gives its
+    verdict."""
+    out: list[Node] = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "[":
+            got = _class_items(pattern, i)
+            if got is None:
+                return None
+            items, i = got
+            node = _raw_utf8_ir(_char_ranges(C.IN, items, 0))
+        elif c == "\\":
+            if i == n or (item := _escape_item(pattern[i])) is None:
+                return None
+            i += 1
+            node = _char_ir(item[1]) if item[0] is C.LITERAL else _raw_utf8_ir(_char_ranges(C.IN, (item,), 0))  # type: ignore[arg-type]
+        elif c == ".":
+            node = _raw_utf8_ir(_char_ranges(C.ANY, None, 0))
+        elif c in "^$*+?{}[]|()":
+            return None
+        else:
+            node = _char_ir(ord(c))
+        if i < n and pattern[i] in _REPEATS:
+            lo, hi = _REPEATS[pattern[i]]
+            i += 1
+            if i < n and pattern[i] == "?":  # lazy: the same whole lexemes
+                i += 1
+            if i < n and pattern[i] in "*+?{":  # a possessive or a second repeat: re's verdict
+                return None
+            node = Repeat(node, lo, hi)
+        out.append(node)
+    return seq(*out)
+
+
+def _class_items(pattern: str, i: int) -> tuple[tuple[tuple[object, object], ...], int] | None:
+    """re's items of the class whose body starts at `i` (after `[`), and the index after its `]`; None where re's
+    parser is left to read it (an escape not in `_escape_item`, an error)."""
+    n = len(pattern)
+    items: list[tuple[object, object]] = []
+    negate = i < n and pattern[i] == "^"
+    i += negate
+    while True:
+        if i == n:
+            return None
+        this = pattern[i]
+        i += 1
+        if this == "]" and items:
+            break
+        if this == "\\":
+            if i == n or (code1 := _escape_item(pattern[i])) is None:
+                return None
+            i += 1
+        else:
+            code1 = (C.LITERAL, ord(this))  # where re warns of a set operation or a nested set, it reads this too
+        if i < n and pattern[i] == "-":
+            i += 1
+            if i == n:
+                return None
+            that = pattern[i]
+            i += 1
+            if that == "]":
+                items += [code1, (C.LITERAL, ord("-"))]
+                break
+            if that == "\\":
+                if i == n or (code2 := _escape_item(pattern[i])) is None:
+                    return None
+                i += 1
+            else:
+                code2 = (C.LITERAL, ord(that))
+            if code1[0] is not C.LITERAL or code2[0] is not C.LITERAL or code2[1] < code1[1]:  # type: ignore[operator]
+                return None
+            items.append((C.RANGE, (code1[1], code2[1])))
+        else:
+            items.append(code1)
+    if negate:
+        items.insert(0, (C.NEGATE, None))
+    return tuple(items), i
+
+
+def _literal_options(pattern: str) -> list[str] | None:
+    """The strings of a pattern that is only literal characters and `|` (maybe inside one `(?:...)`), as Lark
+    joins string alternatives (`"<" | "<=" | ">"`); None for any other pattern."""
+    body = pattern[3:-1] if pattern.startswith("(?:") and pattern.endswith(")") else pattern
+    if _CHOICE.fullmatch(body) is None:
+        return None
+    return [_ESCAPED.sub(r"\1", option) if "\\" in option else option for option in _OPTION.findall(body)]
+
+
+def _char_ir(cp: int) -> Node:
+    """The converter's IR of one literal character (no flags)."""
+    return _BYTE[cp] if cp < 0x80 else _raw_utf8_ir(_char_ranges(C.LITERAL, cp, 0))
+
+
+def _choice_ir(options: list[str]) -> Node:
+    """The IR the converter makes of re's parse of a choice of literal strings: re moves the options' common
+    prefix out of the branch, then makes a branch of single characters a class (re._parser._parse_sub)."""
+    if len(options) == 1:
+        return _string_ir(options[0])
+    prefix = 0
+    while all(len(o) > prefix for o in options) and all(o[prefix] == options[0][prefix] for o in options):
+        prefix += 1
+    rest = list(dict.fromkeys(o[prefix:] for o in options))
+    if all(len(r) == 1 for r in rest):
+        tail = _raw_utf8_ir(_char_ranges(C.IN, tuple((C.LITERAL, ord(r)) for r in rest), 0))
+    elif len(rest) == 1 or _SURROGATE.search("".join(rest)):
+        tail = alt(*map(_string_ir, rest))
+    else:  # distinct strings have distinct UTF-8 (alt's structural dedup would find nothing to drop)
+        tail = Alt(tuple(map(_string_ir, rest)))
+    return seq(_string_ir(options[0][:prefix]), tail)
+
+
+def _string_ir(text: str) -> Node:
+    """The converter's IR of a run of literal characters: their UTF-8 bytes (a lone surrogate has none)."""
+    if _SURROGATE.search(text):
+        return seq(*[_char_ir(ord(c)) for c in text])
+    return lit(text.encode())
+
+
+def _parsed_ir(pattern: str, flags: tuple[str, ...], name: str) -> Node:
+    """`fullmatch_ir` through re's parser."""
     bits = _flag_bits(flags, name)
     shown = f"/{pattern}/" + "".join(sorted(flags))
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        if _MAY_WARN.search(pattern):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tree = _parser.parse(pattern, bits)
+        else:  # the parser warns of nothing here (entering `catch_warnings` costs as much as parsing `[0-9]+`)
             tree = _parser.parse(pattern, bits)
         if tree.state.flags & ~_SUPPORTED:
             raise _Refused("an inline flag other than i and s")
