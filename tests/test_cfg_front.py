@@ -171,6 +171,23 @@ def test_terminal_regex_refusals_name_the_terminal_and_construct(pattern: str, f
 _OPTION_CHARS = st.sampled_from(list("aab<=>!|()[]{}.*+?^$\\-# \n\t/&~é€😀") + ["\ud800"])
 
 
+def _ir_or_none(pattern: str, parsed: bool) -> object:
+    """The IR of `pattern` through re's parser (`parsed`) or through `fullmatch_ir` (its fast paths where they apply);
+    None where it raises GrammarError."""
+    try:
+        return _parsed_ir(pattern, (), "T") if parsed else fullmatch_ir(pattern, name="T")
+    except GrammarError:
+        return None
+
+
+def _fast_and_parsed_ir(pattern: str) -> tuple[object, object]:
+    """`fullmatch_ir`'s IR of `pattern` and the IR through re's parser, each None where refused; re's warnings
+    are silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _ir_or_none(pattern, parsed=False), _ir_or_none(pattern, parsed=True)
+
+
 @settings(max_examples=400, deadline=None)
 @given(st.text(_OPTION_CHARS, max_size=2), st.lists(st.text(_OPTION_CHARS, max_size=4), min_size=1, max_size=6),
        st.booleans(), st.booleans())
@@ -181,14 +198,7 @@ def test_literal_choices_skip_the_parser_with_its_ir(prefix: str, options: list[
     pattern is parsed."""
     body = "|".join(re.escape(prefix + o) if escape else prefix + o for o in options)
     pattern = f"(?:{body})" if group else body
-    try:
-        expected = _parsed_ir(pattern, (), "T")
-    except GrammarError:
-        expected = None
-    try:
-        got = fullmatch_ir(pattern, name="T")
-    except GrammarError:
-        got = None
+    got, expected = _fast_and_parsed_ir(pattern)
     assert got == expected
 
 
@@ -207,16 +217,7 @@ def test_simple_regexes_skip_the_parser_with_its_ir(parts: list[tuple[str, str]]
     """A pattern of characters, escapes and classes under *, + and ? (Lark's NAME, INT, whitespace) gets the IR
     re's parser and the converter give it, without parsing; refusals and errors stay re's."""
     pattern = "".join(a + q for a, q in parts)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            expected = _parsed_ir(pattern, (), "T")
-        except GrammarError:
-            expected = None
-        try:
-            got = fullmatch_ir(pattern, name="T")
-        except GrammarError:
-            got = None
+    got, expected = _fast_and_parsed_ir(pattern)
     assert got == expected
 
 

@@ -301,6 +301,16 @@ def _simple_ir(pattern: str) -> Node | None:
     return seq(*out)
 
 
+def _class_atom(pattern: str, i: int) -> tuple[tuple[object, object], int] | None:
+    """re's item of the one class member at `i` (a character, or an escape `_escape_item` knows) and the index after
+    it; None where re's parser is left to read it."""
+    if pattern[i] != "\\":
+        return (C.LITERAL, ord(pattern[i])), i + 1  # where re warns of a set operation or a nested set, it reads this too
+    if i + 1 == len(pattern) or (item := _escape_item(pattern[i + 1])) is None:
+        return None
+    return item, i + 2
+
+
 def _class_items(pattern: str, i: int) -> tuple[tuple[tuple[object, object], ...], int] | None:
     """re's items of the class whose body starts at `i` (after `[`), and the index after its `]`; None where re's
     parser is left to read it (an escape not in `_escape_item`, an error)."""
@@ -311,31 +321,23 @@ def _class_items(pattern: str, i: int) -> tuple[tuple[tuple[object, object], ...
     while True:
         if i == n:
             return None
-        this = pattern[i]
-        i += 1
-        if this == "]" and items:
-            break
-        if this == "\\":
-            if i == n or (code1 := _escape_item(pattern[i])) is None:
-                return None
+        if pattern[i] == "]" and items:
             i += 1
-        else:
-            code1 = (C.LITERAL, ord(this))  # where re warns of a set operation or a nested set, it reads this too
+            break
+        if (got := _class_atom(pattern, i)) is None:
+            return None
+        code1, i = got
         if i < n and pattern[i] == "-":
             i += 1
             if i == n:
                 return None
-            that = pattern[i]
-            i += 1
-            if that == "]":
+            if pattern[i] == "]":
                 items += [code1, (C.LITERAL, ord("-"))]
-                break
-            if that == "\\":
-                if i == n or (code2 := _escape_item(pattern[i])) is None:
-                    return None
                 i += 1
-            else:
-                code2 = (C.LITERAL, ord(that))
+                break
+            if (got := _class_atom(pattern, i)) is None:
+                return None
+            code2, i = got
             if code1[0] is not C.LITERAL or code2[0] is not C.LITERAL or code2[1] < code1[1]:  # type: ignore[operator]
                 return None
             items.append((C.RANGE, (code1[1], code2[1])))
