@@ -512,6 +512,10 @@ def serve(
     ),
     n_ctx: int = typer.Option(16384, "--llama-ctx", min=256, help="llama.cpp: KV cells all rows share."),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
+    keep_alive: float = typer.Option(
+        75.0, "--keep-alive", min=1, help="Seconds an idle connection stays open: longer than clients' own idle "
+        "limit (httpx and the openai client: 5 s), so a client never reuses a connection the server is closing."
+    ),
 ) -> None:
     """Serve OpenAI Chat Completions (tools, tool_choice, streaming) with every tool call guided by ToolDec."""
     try:
@@ -537,7 +541,7 @@ def serve(
     except ValueError as exc:
         _fail(str(exc))
     err.print(f"serving {config.model_name} ({lm.source}) on http://{host}:{port}/v1")
-    uvicorn.run(application, host=host, port=port, log_level=log_level)
+    uvicorn.run(application, host=host, port=port, log_level=log_level, timeout_keep_alive=keep_alive)
 
 
 def main() -> None:

@@ -77,8 +77,10 @@ class VLLMServer:
         self.port = port
         self.url = f"http://127.0.0.1:{port}/v1"
         self.log_path = Path(log_path) if log_path else None
-        self.env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
-                    **(env or {})}
+        # idle connections outlive the clients' own idle limit (httpx: 5 s, as vLLM's default): with equal limits a
+        # client may send on a connection the server is closing and get "Server disconnected"
+        defaults = {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "75"}
+        self.env = {**os.environ, **{k: os.environ.get(k, v) for k, v in defaults.items()}, **(env or {})}
         self.timeout = timeout
         self.process: subprocess.Popen[bytes] | None = None
         self.ready_seconds: float | None = None
