@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tooldec.chat import CHAT_SYNTAXES, ChatSyntax, build_policy, chat_syntax, read_calls
+from tooldec.chat import CHAT_SYNTAXES, ChatSyntax, build_policy, call_blocks, chat_syntax, read_calls
 from tooldec.chat.policy import ANSWER_BANS, CallsOnly
+from tooldec.chat.reader import distinct_blocks
 from tooldec.chat.template import write_calls
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController, Mode
@@ -41,8 +42,9 @@ calls_st = st.lists(
         st.builds(lambda a, b: ("add", {"a": a, **({} if b is None else {"b": b})}), st.integers(-99, 99),
                   st.none() | st.booleans()),
     ),
-    min_size=1, max_size=3,
+    min_size=1, max_size=3, unique_by=lambda c: json.dumps(c, sort_keys=True),
 )
+"""One to three distinct calls (a call that repeats an earlier one of the turn ends it: see the repeat tests)."""
 
 _GRAMMARS: dict[tuple[int, str], Any] = {}
 
@@ -112,6 +114,48 @@ def test_one_to_three_calls_are_accepted_in_every_syntax(
     assert not any(e.error for e in events) and policy.done
     reading = read_calls(text, _syntax(name))
     assert _pairs(reading.calls) == calls and not reading.errors
+
+
+@pytest.mark.parametrize("name", ["hermes", "hermes-lines", "llama31"])
+@pytest.mark.parametrize("choice", ["auto", "required"])
+@settings(max_examples=20)
+@given(calls=calls_st, again=st.integers(0, 2), shapes=st.lists(st.integers(0, 7), min_size=4, max_size=4))
+def test_a_call_that_repeats_one_of_the_turn_ends_it(bytelevel_vocab: Vocabulary, name: str, choice: str,
+                                                     calls: list[tuple[str, dict[str, Any]]], again: int,
+                                                     shapes: list[int]) -> None:
+    """A call the turn made before, written again as a call of its own, ends the sequence as a `repeat` with no
+    calls; the one reader leaves it out too, so guide and reader still read the same calls. SmolLM2 wrote one
+    required BFCL call until max_tokens."""
+    policy = _policy(bytelevel_vocab, name, choice)
+    repeated = calls[again % len(calls)]
+    shapes = [s & ~1 for s in shapes]  # objects in turn, not a Llama list
+    if choice == "required":  # the answer starts with the forced trigger
+        shapes[0] = 0
+    text = _written(name, [*calls, repeated], shapes)
+    if choice == "required":
+        text = text.removeprefix("Let me see.\n")
+    events = policy.accept_tokens(_encode(bytelevel_vocab, text))
+    assert policy.done and events[-1].repeat and not events[-1].calls, text
+    assert _pairs([c for e in events for c in e.calls]) == calls
+    assert _pairs(read_calls(text, _syntax(name)).calls) == calls
+
+
+@settings(max_examples=60)
+@given(calls=calls_st, again=st.integers(0, 2), differ=st.booleans())
+def test_distinct_blocks_never_show_a_block_they_later_drop(calls: list[tuple[str, dict[str, Any]]], again: int,
+                                                            differ: bool) -> None:
+    """Streaming over distinct_blocks: at every prefix of a text, the blocks kept are those of the whole text as
+    far as written (a repeat is held from its first character, a call that only starts like an earlier one shows
+    once it differs), so a stream never announces a call that proves a repeat."""
+    tool, args = calls[again % len(calls)]
+    last = (tool, {**args, "extra": 1}) if differ else (tool, args)
+    text = "\n".join(f"<tool_call>\n{json.dumps({'name': t, 'arguments': a})}\n</tool_call>" for t, a in [*calls, last])
+    final = distinct_blocks(call_blocks(text))
+    assert len(final) == len(calls) + differ
+    for cut in range(len(text) + 1):
+        shown = distinct_blocks(call_blocks(text[:cut]))
+        assert len(shown) <= len(final)
+        assert all(f.json.startswith(s.json) and f.start == s.start for s, f in zip(shown, final, strict=False))
 
 
 def _spelled(vocab: Vocabulary, tokens: list[int]) -> str:

@@ -814,6 +814,24 @@ def test_a_completion_after_tool_results_returns_what_it_wrote(client: Any, resu
     assert written == 0 or content or calls, (content, calls, used, finish)
 
 
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_a_repeated_call_ends_the_answer_and_is_left_out(choice: str) -> None:
+    """A model that writes a call of its answer again (SmolLM2 wrote one required BFCL call until max_tokens) is
+    stopped there: the answer keeps each distinct call once, streamed and not; a call that only starts like an
+    earlier one (days 1, then 13) is a call of its own."""
+    first, second = (WEATHER_CALL.replace('"days": 3', f'"days": {d}') for d in (1, 13))
+    blocks = [f"<tool_call>\n{c}\n</tool_call>" for c in (first, second, first, second)]
+    with scripted_server("\n".join(blocks)) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        answers = [answered(client, stream, messages=USER, tools=TOOLS, tool_choice=choice) for stream in (False, True)]
+    upto_repeat = len(_tokenizer().encode("\n".join(blocks[:3])))
+    for content, calls, used, finish in answers:
+        assert finish == "tool_calls" and not content
+        assert [(n, json.loads(a)) for n, a in calls] == [("get_weather", {"city": "Paris", "days": d}) for d in (1, 13)]
+        assert used <= upto_repeat + 1  # the answer ended at the repeat, not after the fourth call
+    assert answers[0][1] == answers[1][1]
+
+
 def test_an_answer_cut_anywhere_in_a_call_keeps_what_the_model_wrote() -> None:
     """Cut by max_tokens at every token of a call after a tool result, the answer holds what the model wrote,
     streamed and not: before the call's name is complete its text is content in both; after, the stream has the

@@ -93,11 +93,12 @@ def test_several_triggers_ban_every_token_that_runs_past_any(bytelevel_vocab: Vo
 
 
 def test_the_free_baseline_reads_the_same_shapes() -> None:
-    text = f"Here: ```json\n{CALL}\n```\nand <tool_call>\n{CALL}\n</tool_call> then <tool_call>\n" + '{"na'
+    oslo = CALL.replace("Paris", "Oslo")
+    text = f"Here: ```json\n{CALL}\n```\nand <tool_call>\n{oslo}\n</tool_call> then <tool_call>\n" + '{"na'
     attempts = chat_attempts(text, truncated=True)
     assert [a.complete for a in attempts] == [True, True, False]
     assert [parse_call(a.text).name for a in attempts[:2]] == ["get_weather"] * 2
-    assert [get_format("hermes").parse(a.text).arguments for a in attempts[:2]] == [{"city": "Paris"}] * 2
+    assert [get_format("hermes").parse(a.text).arguments for a in attempts[:2]] == [{"city": "Paris"}, {"city": "Oslo"}]
     reading = read_calls(text, CHAT_SYNTAXES["hermes"])
     assert [c.name for c in reading.calls] == ["get_weather"] * 2 and not reading.errors, "a cut call is no error"
     assert CHAT_SYNTAXES["hermes"].triggers == ("<tool_call>", "```json", BARE_OPENING, *PRETTY_BARE_OPENINGS)

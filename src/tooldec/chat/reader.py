@@ -193,6 +193,30 @@ def calls_in_json(text: str) -> list[ParsedCall]:
     return [_from_object(value)]
 
 
+def distinct_blocks(blocks: Sequence[CallBlock], names: Mapping[str, str] | None = None) -> list[CallBlock]:
+    """The blocks but those that only repeat calls of earlier ones, tools named as `names` maps an alias (as the
+    guided policy ends a turn at such a repeat: `CallController`). A block still being written whose JSON so far
+    begins an earlier block's is held back (left out) until it differs, so a stream does not announce a call that
+    proves a repeat; one written otherwise than the call it repeats (an alias, another layout) shows until whole."""
+    names = names or {}
+    kept: list[CallBlock] = []
+    made: list[ParsedCall] = []
+    for block in blocks:
+        if not block.complete:
+            if not any(k.complete and k.json.startswith(block.json) for k in kept):
+                kept.append(block)
+            continue
+        try:
+            calls = [replace(c, name=names.get(c.name, c.name)) for c in calls_in_json(block.json)]
+        except CallParseError:
+            kept.append(block)
+            continue
+        if not all(call in made for call in calls):
+            made += calls
+            kept.append(block)
+    return kept
+
+
 def parse_calls(text: str, shapes: Sequence[Shape] = SHAPES) -> list[ParsedCall]:
     """The calls of one written call, its opening and closing included or not (`<tool_call>\\n{...}\\n</tool_call>`,
     `{...}`, `[{...}, {...}]`); raises CallParseError."""
@@ -246,7 +270,8 @@ class Reading:
 def read_calls(text: str, syntax: ChatSyntax | None = None, *, names: Mapping[str, str] | None = None,
                shapes: Sequence[Shape] = SHAPES) -> Reading:
     """Every call in `text`, written in any JSON shape (or, for the `python` syntax, the whole text as Python
-    calls); `names` maps an alias to its tool's name. A block cut off by the text's end is not an error."""
+    calls); `names` maps an alias to its tool's name. A block cut off by the text's end is not an error; one that only
+    repeats earlier calls is left out (`distinct_blocks`)."""
     names = names or {}
     if syntax is not None and syntax.family == "python":
         try:
@@ -254,7 +279,7 @@ def read_calls(text: str, syntax: ChatSyntax | None = None, *, names: Mapping[st
         except CallParseError as exc:
             return Reading([], [str(exc)], text.strip())
         return Reading([replace(c, name=names.get(c.name, c.name)) for c in calls])
-    reading = Reading(blocks=call_blocks(text, shapes))
+    reading = Reading(blocks=distinct_blocks(call_blocks(text, shapes), names))
     reading.content = text[: reading.blocks[0].start].strip() if reading.blocks else text.strip()
     for block in reading.blocks:
         if block.cut and not block.complete:

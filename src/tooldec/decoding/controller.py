@@ -42,11 +42,13 @@ class Mode(enum.Enum):
 
 @dataclass
 class CallEvent:
-    """A call the model finished writing: its text (trigger included) and what it parses to."""
+    """A call the model finished writing: its text (trigger included) and what it parses to. A `repeat` makes
+    only calls made before in the same turn: it adds none (`calls` is empty), and it ended the turn."""
 
     text: str
     calls: list[ParsedCall] = field(default_factory=list)
     error: str | None = None
+    repeat: bool = False
 
 
 class Policy(Protocol):
@@ -140,6 +142,9 @@ class CallController:
     - `stop`: texts that end the sequence when written in text mode (e.g. the next few-shot "\nQ:").
     - `text_first=True`: EOS is not allowed before some text other than whitespace (an answer that may not be
       empty).
+    - A call that only repeats calls made before in the same turn (since the start or the last `inject`) ends the
+      sequence and is reported as a `repeat`, with no calls: a model that writes the same call again is looping
+      (SmolLM2 wrote one BFCL call until max_tokens when a call was required), and the repeat adds nothing.
     - `end_in_text=False`: EOS is not allowed in text mode, so the text leads to a call (ReAct's format: a
       Thought line, then an Action, until the `Finish` action ends the sequence).
 
@@ -189,6 +194,7 @@ class CallController:
         self._unspelled = ""  # a trigger the grammar does not spell, written before the call's text
         self._respelled: tuple[str, str] | None = None  # (as the guide spells the trigger, as the model wrote it)
         self._text_at: int | None = None  # where the first token with text other than whitespace was accepted
+        self._turns: list[tuple[int, int]] = []  # (tokens, events) where each injected text began a new turn
         self.mode = Mode.TEXT
         if self.trigger is None or self.tool_choice == "required":
             self._enter_tool(forced=True)
@@ -368,6 +374,8 @@ class CallController:
                 snap.guide.rollback(snap.guide.num_tokens - snap.guide_tokens)
         if self._text_at is not None and self._text_at >= len(self.tokens):
             self._text_at = None
+        while self._turns and self._turns[-1][0] >= len(self.tokens):
+            self._turns.pop()
 
     def stop(self) -> None:
         """End the sequence now (the caller decided it is complete, e.g. a ReAct `Finish`)."""
@@ -379,6 +387,8 @@ class CallController:
         """Tokens the caller appends in text mode (a tool's result): part of the sequence, never a trigger."""
         if self.mode is not Mode.TEXT:
             raise ValueError("text can only be injected in text mode")
+        if tokens:
+            self._turns.append((len(self.tokens), len(self.events)))
         for token in tokens:
             self._history.append(_Snapshot(self.mode, self._tail, self._recent, None, 0, (), len(self.events)))
             self.tokens.append(token)
@@ -398,9 +408,12 @@ class CallController:
             event = CallEvent(text, calls)
         except (CallParseError, ValueError) as exc:
             event = CallEvent(text, [], str(exc))
+        turn = self.events[self._turns[-1][1] if self._turns else 0 :]
+        if event.calls and all(any(call in e.calls for e in turn) for call in event.calls):
+            event = CallEvent(text, repeat=True)
         self.events.append(event)
         self._guide = None
-        if self.after_call == "stop" or len(self.events) >= self.max_calls:
+        if event.repeat or self.after_call == "stop" or len(self.events) >= self.max_calls:
             self.mode = Mode.DONE
         else:
             self.mode = Mode.TEXT

@@ -46,7 +46,7 @@ from vllm.tool_parsers.abstract_tool_parser import ToolParserManager
 from vllm.tool_parsers.hermes_tool_parser import Hermes2ProToolParser
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 
-from tooldec.chat.reader import call_blocks, calls_in_json, opening_overlap
+from tooldec.chat.reader import call_blocks, calls_in_json, distinct_blocks, opening_overlap
 from tooldec.grammar.calls import CallParseError, name_aliases
 from tooldec.integrations.batch import (
     PAYLOAD_KEY,
@@ -189,7 +189,7 @@ class ToolDecToolParser(Hermes2ProToolParser):
         """The complete calls of a whole answer, and the content before the first one."""
         names = _canonical(request)
         calls = []
-        blocks = [b for b in call_blocks(model_output) if b.complete]
+        blocks = [b for b in distinct_blocks(call_blocks(model_output), names) if b.complete]
         for block in blocks:
             try:
                 parsed = calls_in_json(block.json)
@@ -229,8 +229,8 @@ class ToolDecToolParser(Hermes2ProToolParser):
         return None
 
     def _extract_tool_call_jsons(self, text: str) -> list[tuple[str, bool]]:
-        """(JSON object so far, complete) of every call, in either shape."""
-        return [(b.json, b.complete) for b in call_blocks(text)]
+        """(JSON object so far, complete) of every call, in either shape, but repeats (`distinct_blocks`)."""
+        return [(b.json, b.complete) for b in distinct_blocks(call_blocks(text), self._names)]
 
     def _extract_tool_name(self, tc_json: str) -> str | None:  # type: ignore[override]
         """The call's tool name once written whole, an alias replaced by the tool's name."""

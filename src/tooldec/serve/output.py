@@ -7,7 +7,9 @@ tool's own name where the call used an alias (a unique suffix, `tooldec.grammar.
 arguments follow in pieces as they are written, exactly the JSON text the grammar let through, so that the
 pieces concatenate to the non-streamed `arguments`. A custom tool's call (`tooldec.grammar.custom`) is announced
 as `{"index", "id", "type": "custom", "custom": {"name", "input": ""}}` and its input follows decoded from the
-call's JSON string, in pieces that concatenate to the non-streamed `input`. Leading and trailing whitespace of the content is dropped,
+call's JSON string, in pieces that concatenate to the non-streamed `input`. A call whose text so far begins an
+earlier call's of the same tool is held back until it differs: where it ends as a repeat (the policy then ends the
+turn, `CallController`), it is left out, never announced. Leading and trailing whitespace of the content is dropped,
 which streaming does too (whitespace is released only once text follows it).
 """
 
@@ -111,6 +113,7 @@ class OutputBuilder:
         self._pos = 0
         self._args_at: int | None = None
         self._event_first = 0
+        self._held = False  # the last call is not announced yet: so far it repeats an earlier one
         self._mode = getattr(self.policy, "mode", Mode.TEXT)
         self._holds = [s.encode() for s in self.stop if s]
         trigger = getattr(self.policy, "trigger", None)
@@ -176,6 +179,9 @@ class OutputBuilder:
         limit) is not lost: before its name was complete nothing of it reached the client, so its text is content;
         after, its part was streamed as a call, and `cut_call` keeps its text for the whole message."""
         if self.in_call and self.kind not in WHOLE:
+            if self._held:  # never announced: its text is content, as a call cut before its name
+                del self.calls[-1]
+                self._held = False
             if len(self.calls) == self._event_first:
                 self._content += self._call
             else:
@@ -229,7 +235,9 @@ class OutputBuilder:
                 name = self._canonical.get(written, written)
                 call = ToolCallOut(call_id(), name, custom=name in self._custom)
                 self.calls.append(call)
-                self._deltas.append(call.delta(len(self.calls) - 1, "", head=True))
+                self._held = any(c.complete and c.name == name for c in self.calls)
+                if not self._held:
+                    self._deltas.append(call.delta(len(self.calls) - 1, "", head=True))
                 self._args_at = m.end()
             call = self.calls[-1]
             if call.custom:
@@ -238,19 +246,44 @@ class OutputBuilder:
             else:
                 end = json_value_end(text, self._args_at)
                 new = text[self._args_at + len(call.arguments) : len(text) if end is None else end]
-            if new:
-                call.arguments += new
+            call.arguments += new
+            if self._held and not self._repeats_so_far(call):
+                self._announce_held()
+            elif new and not self._held:
                 self._deltas.append(call.delta(len(self.calls) - 1, new))
             if end is None:
                 return
             self._pos, self._args_at = end, None
 
+    def _repeats_so_far(self, call: ToolCallOut) -> bool:
+        """Whether the call's text so far begins that of an earlier complete call of the same tool."""
+        return any(c.complete and c.name == call.name and c.arguments.startswith(call.arguments) for c in self.calls)
+
+    def _announce_held(self) -> None:
+        """Announce the held call and stream its text so far (it is not a repeat after all)."""
+        self._held = False
+        call, index = self.calls[-1], len(self.calls) - 1
+        self._deltas.append(call.delta(index, "", head=True))
+        if call.arguments:
+            self._deltas.append(call.delta(index, call.arguments))
+
     def _complete(self, event: CallEvent) -> None:
-        """Mark the event's calls complete, checking that the streamed text says what the grammar parsed."""
+        """Mark the event's calls complete, checking that the streamed text says what the grammar parsed; a repeat
+        still held is left out (one announced before it proved a repeat stays, as streamed)."""
+        held, self._held = self._held, False
         found = self.calls[self._event_first :]
-        parsed = event.calls
-        if event.error or len(found) != len(parsed):
-            self.mismatches.append(event.error or f"{len(found)} calls streamed, {len(parsed)} parsed")
+        if event.repeat:
+            if held:
+                del self.calls[-1]
+            for out in self.calls[self._event_first :]:
+                out.complete = True
+            found, parsed = [], []
+        else:
+            if held:
+                self._announce_held()
+            parsed = event.calls
+            if event.error or len(found) != len(parsed):
+                self.mismatches.append(event.error or f"{len(found)} calls streamed, {len(parsed)} parsed")
         for out, call in zip(found, parsed, strict=False):
             said = out.arguments if out.custom else json.loads(out.arguments or "null")
             if out.name != call.name or said != (call.input if out.custom else call.arguments):
