@@ -99,7 +99,8 @@ def tooldec_serve(args: argparse.Namespace) -> Iterator[tuple[str, list[str]]]:
 def vllm_serve(setup: str, model: str, args: argparse.Namespace) -> Iterator[tuple[str, list[str]]]:
     """vLLM's OpenAI server in setup `setup` running (the URL and its command line), stopped on leaving."""
     port = free_port()
-    cmd = server_command(args.vllm_python, model, port, config=VLLM_SETUPS[setup], served_name=MODEL_NAME)
+    cmd = server_command(args.vllm_python, model, port, config=VLLM_SETUPS[setup], served_name=MODEL_NAME,
+                         cpu=not args.cuda)
     log = Path(args.out) / f"{args.stem}_{setup.replace('+', '_')}.log"
     with VLLMServer(cmd, port, log_path=log) as server:
         yield server.url, cmd
@@ -247,8 +248,11 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         (f"{meta['entries']} BFCL v4 simple_python entries per level (the first), greedy, max_tokens "
          f"{meta['max_tokens']}, {meta['rounds']} round(s), setups alternating. vLLM {meta['vllm']}: "
-         f"{meta['vllm_model']} (SmolLM2-135M converted from the embedded GGUF, float32, eager, vLLM's default "
-         f"of one core). tooldec serve: {meta['serve_model']} on {meta['backend']}, {meta['threads']} thread(s), "
+         f"{meta['vllm_model']} "
+         + ("(on the GPU, vLLM's own dtype and CUDA graphs)" if meta.get("cuda") else
+            "(SmolLM2-135M converted from the embedded GGUF unless --vllm-model, float32, eager, vLLM's default of "
+            "one core)")
+         + f". tooldec serve: {meta['serve_model']} on {meta['backend']}, {meta['threads']} thread(s), "
          f"max batch {meta['max_batch']}; backend-generate the same model, backend and threads in the script's "
          "process, on the prompts tooldec serve rendered at 1 client, as many tokens each as it returned. "
          "tokens/s = completion tokens / wall seconds of the level (median over rounds; ratios: median of each "
@@ -302,6 +306,8 @@ def main() -> None:
     p.add_argument("--max-batch", type=int, default=32, help="tooldec serve --max-batch")
     p.add_argument("--llama-ctx", type=int, default=40960,
                    help="tooldec serve --llama-ctx: KV cells for max-batch rows of ~800 prompt + 160 answer tokens")
+    p.add_argument("--cuda", action="store_true", help="vLLM on the GPU (its own dtype, CUDA graphs), not float32 eager")
+    p.add_argument("--vllm-model", default=None, help="model folder vLLM serves (default: SmolLM2 from the embedded GGUF)")
     p.add_argument("--shared", default=os.environ.get("TOOLDEC_SHARED", str(ROOT.parent.parent / "shared")))
     p.add_argument("--out", default=str(ROOT / "results"))
     p.add_argument("--stem", default="serving")
@@ -321,7 +327,7 @@ def main() -> None:
         raise SystemExit(f"unknown setup or tool_choice: {', '.join(unknown)}")
     every = list(load_bfcl("simple", args.shared).items)
     items, warm = every[: args.entries], every[args.entries: args.entries + 1]
-    model = vllm_tools.smollm2_hf() if any(s in VLLM_SETUPS for s in setups) else ""
+    model = args.vllm_model or (vllm_tools.smollm2_hf() if any(s in VLLM_SETUPS for s in setups) else "")
     side = None
     if "tooldec-serve" in setups:
         from tooldec.backends.loader import load_with
@@ -338,7 +344,7 @@ def main() -> None:
         "tool_choice": args.tool_choice, "vllm": vllm_tools._vllm_version(args.vllm_python) if model else None,
         "vllm_python": args.vllm_python, "vllm_model": model, "serve_model": args.serve_model,
         "backend": args.backend, "threads": args.threads, "max_batch": args.max_batch, "llama_ctx": args.llama_ctx,
-        "timeout_s": args.timeout, "load_start": [round(x, 2) for x in os.getloadavg()],
+        "timeout_s": args.timeout, "cuda": args.cuda, "load_start": [round(x, 2) for x in os.getloadavg()],
     }
     rows: list[dict[str, Any]] = []
     for round_no in range(args.rounds):
