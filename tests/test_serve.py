@@ -317,9 +317,17 @@ def test_stop_sequences_cut_the_content(client: Any) -> None:
 def test_the_event_loop_serves_while_a_long_answer_is_generated(server: Server, lm: LoadedModel) -> None:
     body = {"model": MODEL, "messages": USER, "max_tokens": 1500, "temperature": 1.0, "seed": 0,
             "stop": ["\x00\x01never"]}
-    # a model slow enough that the answer is still being written when the test looks: the tiny one, free, often
-    # writes <|im_end|> within a few dozen tokens, and the engine steps back to back, without waiting for the loop
-    slow = lm.model.register_forward_hook(lambda *_: time.sleep(0.05))
+    # a model slow enough that the answer is still being written when the test looks, and that never ends it: the
+    # tiny one, free, often writes <|im_end|> within a few dozen tokens (when, depends on the batch and the prefix
+    # cache: it failed once in a full run), and the engine steps back to back, without waiting for the loop
+    ends = sorted(lm.vocab.eos_ids)
+
+    def slow_and_endless(_module: Any, _inputs: Any, out: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.05)
+        out[..., ends] = -torch.inf
+        return out
+
+    slow = lm.model.lm_head.register_forward_hook(slow_and_endless)
     try:
         _serves_while_generating(server, body)
     finally:
