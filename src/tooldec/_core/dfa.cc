@@ -101,32 +101,38 @@ Dfa finish_table(const std::vector<int32_t>& table, int32_t nc, const std::vecto
   return d;
 }
 
-Dfa chain_dfa(const std::vector<Mask>& masks) {
-  // byte classes: each set splits the classes of its bytes (finish_table merges what the rows do not tell apart)
+std::pair<std::vector<int32_t>, int32_t> byte_classes(const std::vector<Mask>& masks,
+                                                      const std::vector<uint8_t>* keep) {
   std::vector<int32_t> cls(256, 0), split_of, split_stamp;
   int32_t nc = 1;
   for (size_t i = 0; i < masks.size(); ++i) {
+    if (keep != nullptr && !(*keep)[i]) continue;
     split_of.resize(nc);
     split_stamp.resize(nc, -1);
-    for (int b = 0; b < 256; ++b) {
-      if (!mask_has(masks[i], b)) continue;
-      const int32_t c = cls[b];
-      if (split_stamp[c] != static_cast<int32_t>(i)) {
-        split_stamp[c] = static_cast<int32_t>(i);
-        split_of[c] = nc++;
+    const auto stamp = static_cast<int32_t>(i);
+    for (int w = 0; w < 4; ++w)
+      for (uint64_t x = masks[i][w]; x != 0; x &= x - 1) {
+        const int b = w * 64 + __builtin_ctzll(x);
+        const int32_t c = cls[b];
+        if (split_stamp[c] != stamp) {
+          split_stamp[c] = stamp;
+          split_of[c] = nc++;
+        }
+        cls[b] = split_of[c];
       }
-      cls[b] = split_of[c];
-    }
   }
-  {  // numbered by first byte, with no number left unused (finish_table reads every class as some byte's)
-    std::vector<int32_t> order(nc, -1);
-    int32_t k = 0;
-    for (int b = 0; b < 256; ++b) {
-      if (order[cls[b]] < 0) order[cls[b]] = k++;
-      cls[b] = order[cls[b]];
-    }
-    nc = k;
+  std::vector<int32_t> order(nc, -1);
+  int32_t k = 0;
+  for (int b = 0; b < 256; ++b) {
+    if (order[cls[b]] < 0) order[cls[b]] = k++;
+    cls[b] = order[cls[b]];
   }
+  return {std::move(cls), k};
+}
+
+Dfa chain_dfa(const std::vector<Mask>& masks) {
+  // byte classes: each set splits the classes of its bytes (finish_table merges what the rows do not tell apart)
+  const auto [cls, nc] = byte_classes(masks);
   // state 0 dead (the empty set of the subset construction), state i + 1 before byte i, the last accepting
   const size_t n = masks.size() + 2;
   std::vector<int32_t> table(n * static_cast<size_t>(nc), -1);

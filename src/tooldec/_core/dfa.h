@@ -33,6 +33,12 @@ struct DfaView {
 Dfa finish_table(const std::vector<int32_t>& table, int32_t nc, const std::vector<int32_t>& cls,
                  const std::vector<uint8_t>& accepting);
 
+// Byte classes of a set of masks (partition refinement: each mask splits the classes of its bytes), numbered by
+// first byte with no number left unused: (cls, nc), cls[b] the class of byte b. Masks whose `keep` entry is 0 (when
+// `keep` is given) are left out.
+std::pair<std::vector<int32_t>, int32_t> byte_classes(const std::vector<Mask>& masks,
+                                                      const std::vector<uint8_t>* keep = nullptr);
+
 // The DFA of a sequence of byte sets (one byte from each of `masks`, in order): the arrays subset construction
 // and finish_table make of the same sequence written as IR, without the NFA (a Lark literal, a GBNF character).
 Dfa chain_dfa(const std::vector<Mask>& masks);

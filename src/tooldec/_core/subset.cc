@@ -12,38 +12,17 @@ namespace tooldec {
 Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, const std::vector<Mask>& mask_list,
            const int64_t* xp, const int32_t* xt, int32_t start, int32_t accept, int64_t max_states) {
   const int32_t n_masks = static_cast<int32_t>(mask_list.size());
-  // byte classes over every mask (partition refinement: each mask splits the classes of its bytes, at a cost
-  // in its set bits), numbered by first byte; then each mask as its sorted list of classes
-  std::vector<int32_t> cls(256, 0), split_of, split_stamp;
-  int32_t nc = 1;
+  // byte classes over every mask this NFA uses (a table shared by several roots holds masks it never uses); then
+  // each mask as its sorted list of classes
   auto for_bits = [](const Mask& m, auto&& f) {
     for (int w = 0; w < 4; ++w)
       for (uint64_t x = m[w]; x != 0; x &= x - 1) f(w * 64 + __builtin_ctzll(x));
   };
-  std::vector<uint8_t> used_mask(n_masks, 0);  // a table shared by several roots holds masks this NFA never uses
+  std::vector<uint8_t> used_mask(n_masks, 0);
   for (int64_t k = 0; k < ep[n]; ++k) used_mask[em[k]] = 1;
-  for (int32_t i = 0; i < n_masks; ++i) {
-    if (!used_mask[i]) continue;
-    split_of.resize(nc);
-    split_stamp.resize(nc, -1);
-    for_bits(mask_list[i], [&](int b) {
-      const int32_t c = cls[b];
-      if (split_stamp[c] != i) {
-        split_stamp[c] = i;
-        split_of[c] = nc++;
-      }
-      cls[b] = split_of[c];
-    });
-  }
-  {
-    std::vector<int32_t> order(nc, -1);
-    int32_t k = 0;
-    for (int b = 0; b < 256; ++b) {
-      if (order[cls[b]] < 0) order[cls[b]] = k++;
-      cls[b] = order[cls[b]];
-    }
-    nc = k;
-  }
+  const auto classes = byte_classes(mask_list, &used_mask);
+  const std::vector<int32_t>& cls = classes.first;  // a reference, not a structured binding: lambdas capture it
+  const int32_t nc = classes.second;
   std::vector<std::vector<int32_t>> mask_classes(n_masks);
   std::vector<int32_t> seen_stamp(nc, -1);
   for (int32_t i = 0; i < n_masks; ++i) {
