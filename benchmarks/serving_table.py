@@ -83,7 +83,8 @@ def tooldec_serve(args: argparse.Namespace) -> Iterator[tuple[str, list[str]]]:
     """`tooldec serve` running (the URL and its command line), stopped on leaving."""
     ns = argparse.Namespace(max_batch=args.max_batch, model=MODEL_NAME, server_model=args.serve_model,
                             threads=args.threads, backend=args.backend, stem="serving_table", start_timeout=600)
-    proc, url = serve_load.start_tooldec(ns, ["--llama-ctx", str(args.llama_ctx)])
+    proc, url = serve_load.start_tooldec(ns, ["--llama-ctx", str(args.llama_ctx)]
+                                         + (["--llama-kv-split"] if args.llama_kv_split else []))
     try:
         yield url, [str(a) for a in proc.args] if isinstance(proc.args, list) else [str(proc.args)]
     finally:
@@ -308,6 +309,7 @@ def main() -> None:
                    help="tooldec serve --llama-ctx: KV cells for max-batch rows of ~800 prompt + 160 answer tokens")
     p.add_argument("--cuda", action="store_true", help="vLLM on the GPU (its own dtype, CUDA graphs), not float32 eager")
     p.add_argument("--vllm-model", default=None, help="model folder vLLM serves (default: SmolLM2 from the embedded GGUF)")
+    p.add_argument("--llama-kv-split", action="store_true", help="tooldec serve --llama-kv-split (each row its cells)")
     p.add_argument("--shared", default=os.environ.get("TOOLDEC_SHARED", str(ROOT.parent.parent / "shared")))
     p.add_argument("--out", default=str(ROOT / "results"))
     p.add_argument("--stem", default="serving")
@@ -344,6 +346,7 @@ def main() -> None:
         "tool_choice": args.tool_choice, "vllm": vllm_tools._vllm_version(args.vllm_python) if model else None,
         "vllm_python": args.vllm_python, "vllm_model": model, "serve_model": args.serve_model,
         "backend": args.backend, "threads": args.threads, "max_batch": args.max_batch, "llama_ctx": args.llama_ctx,
+        "llama_kv_split": args.llama_kv_split,
         "timeout_s": args.timeout, "cuda": args.cuda, "load_start": [round(x, 2) for x in os.getloadavg()],
     }
     rows: list[dict[str, Any]] = []

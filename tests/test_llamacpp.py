@@ -138,9 +138,12 @@ def test_the_logits_are_llama_cpps_buffer(lm: LoadedModel) -> None:
     assert np.isfinite(buffer[:, 5]).all() and np.isneginf(np.delete(buffer, 5, axis=1)).all()
 
 
-def test_continuous_batch_rows_write_what_they_write_alone(lm: LoadedModel, tiny) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("kv_split", [False, True], ids=["unified", "split"])
+def test_continuous_batch_rows_write_what_they_write_alone(lm: LoadedModel, tiny, kv_split: bool) -> None:  # type: ignore[no-untyped-def]
+    """Rows joining and leaving, kept prompts taken by later rows (shared cells, or copied streams with
+    `kv_split`): each row writes what it writes alone."""
     grammar = lm.compiler.compile(TOOLS, "hermes")
-    served = load_llamacpp(tiny[1], threads=1, n_ctx=8192, sequences=5 + 2, tokenizer=lm.tokenizer)
+    served = load_llamacpp(tiny[1], threads=1, n_ctx=8192, sequences=5 + 2, tokenizer=lm.tokenizer, kv_split=kv_split)
     decoder = Decoder(served.model, lm.vocab)
     enc = lm.vocab.encode
     head = enc("You may call tools. Here are some examples of calls and answers, always the same.")

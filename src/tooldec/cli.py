@@ -511,6 +511,11 @@ def serve(
         "rows plus the kept prompts; faster for one client, slower for 8 here: docs/models.md)."
     ),
     n_ctx: int = typer.Option(16384, "--llama-ctx", min=256, help="llama.cpp: KV cells all rows share."),
+    kv_split: bool = typer.Option(
+        False, "--llama-kv-split", help="llama.cpp: each row (and kept prompt) its own --llama-ctx / rows cells, "
+        "so its attention reads its own only: faster when requests' prompts differ (their tools), slower when "
+        "they share most of it (docs/models.md)."
+    ),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
     keep_alive: float = typer.Option(
         75.0, "--keep-alive", min=1, help="Seconds an idle connection stays open: longer than clients' own idle "
@@ -528,7 +533,8 @@ def serve(
     from tooldec.backends.loader import load_with
 
     try:
-        lm = load_with(backend, model or SMALL_MODEL, threads=threads, sequences=max_batch + prefix_cache, n_ctx=n_ctx)
+        lm = load_with(backend, model or SMALL_MODEL, threads=threads, sequences=max_batch + prefix_cache, n_ctx=n_ctx,
+                       kv_split=kv_split)
     except (ToolDecError, OSError, ImportError, ValueError) as exc:
         _fail(str(exc))
     config = ServeConfig(

@@ -23,9 +23,11 @@ class LlamaContext:
     """A GGUF model loaded by llama.cpp (quantised as it is) with one context of `sequences` sequences."""
 
     def __init__(
-        self, path: Path, *, n_ctx: int = 4096, sequences: int = 1, threads: int = 1, n_batch: int = 512
+        self, path: Path, *, n_ctx: int = 4096, sequences: int = 1, threads: int = 1, n_batch: int = 512,
+        unified: bool = True,
     ) -> None:
-        """Load `path` and make a context of `n_ctx` cells shared by `sequences` sequences; raises
+        """Load `path` and make a context of `n_ctx` cells for `sequences` sequences: shared by all (`unified`),
+        or `n_ctx / sequences` cells each, so that a sequence's attention reads its own cells only; raises
         ModelLoadError if llama.cpp refuses the file or the settings (with its own message)."""
         self.model: int | None = None
         self.ctx: int | None = None
@@ -36,15 +38,17 @@ class LlamaContext:
         if not self.model:
             raise ModelLoadError(f"llama.cpp cannot load {path}: {api.last_errors() or 'no reason given'}")
         params = api.llama_context_default_params()
+        if not unified:  # each sequence's own cells, a multiple of llama.cpp's padding (256)
+            n_ctx = sequences * max(256, n_ctx // sequences // 256 * 256)
         params.n_ctx, params.n_seq_max = n_ctx, sequences
         params.n_batch = params.n_ubatch = n_batch
         params.n_threads = params.n_threads_batch = threads
-        params.kv_unified = True  # sequences copied from one prefix share its cells
+        params.kv_unified = self.unified = unified
         self.ctx = api.llama_init_from_model(self.model, params)
         if not self.ctx:
             self.close()
             raise ModelLoadError(f"llama.cpp cannot make a context for {path}: {api.last_errors()}")
-        self.settings = (n_ctx, sequences, n_batch, params.type_k, params.type_v, params.flash_attn_type)
+        self.settings = (n_ctx, sequences, n_batch, params.type_k, params.type_v, params.flash_attn_type, unified)
         """What shapes a sequence's stored state (for the prefix store's key)."""
         self.vocab = api.llama_model_get_vocab(self.model)
         self.n_vocab = api.llama_vocab_n_tokens(self.vocab)
@@ -140,9 +144,14 @@ class LlamaContext:
         self.api.llama_memory_seq_rm(self.memory, seq, start, -1)
 
     def copy(self, source: int, target: int, length: int) -> None:
-        """Make `target`'s first `length` positions those of `source` (shared cells, no copy of the data)."""
+        """Make `target`'s first `length` positions those of `source`: shared cells in a unified context; else a
+        copy of `source`'s whole stream (llama.cpp copies no less across streams) cut after `length`."""
         self.api.llama_memory_seq_rm(self.memory, target, 0, -1)
-        self.api.llama_memory_seq_cp(self.memory, source, target, 0, length)
+        if self.unified:
+            self.api.llama_memory_seq_cp(self.memory, source, target, 0, length)
+        else:
+            self.api.llama_memory_seq_cp(self.memory, source, target, -1, -1)
+            self.api.llama_memory_seq_rm(self.memory, target, length, -1)
 
     def last_position(self, seq: int) -> int:
         """The largest position sequence `seq` holds (-1 when empty)."""

@@ -212,13 +212,15 @@ def load_with(
     progress: bool = False,
     sequences: int = 1,
     n_ctx: int = 4096,
+    kv_split: bool = False,
 ) -> LoadedModel:
-    """Load `model` (None: DEFAULT_MODEL) with `backend` (`choose_backend`'s names); `sequences` and `n_ctx`
-    size llama.cpp's context (rows decoded together, KV cells they share)."""
+    """Load `model` (None: DEFAULT_MODEL) with `backend` (`choose_backend`'s names); `sequences`, `n_ctx` and
+    `kv_split` shape llama.cpp's context (rows decoded together, KV cells they share or split: load_llamacpp)."""
     if choose_backend(backend, model) == "llamacpp":
         from tooldec.backends.llamacpp import load_llamacpp
 
         return load_llamacpp(
-            model or DEFAULT_MODEL, threads=threads, progress=progress, sequences=sequences, n_ctx=n_ctx
+            model or DEFAULT_MODEL, threads=threads, progress=progress, sequences=sequences, n_ctx=n_ctx,
+            kv_split=kv_split,
         )
     return load_model(model, threads=threads, progress=progress)
