@@ -24,7 +24,7 @@ apart, BFCL-correct, the 1-minute load at the level's start and end, the time wr
 
 (`VENV`: a Python that has vLLM and this checkout of tooldec, a venv made with `--system-site-packages` whose
 site-packages holds a `.pth` line naming the vLLM venv's site-packages, this checkout installed editable in it;
-benchmarks/README.md. About 1.5 hours on the 2-core machine.) Short checks: `--entries 2 --clients 1,8
+benchmarks/README.md. 72 minutes on the 2-core machine.) Short checks: `--entries 2 --clients 1,8
 --tool-choice auto --setups vllm+tooldec --out /tmp/table-check`; `--entries 2 --clients 1 --out /tmp/check`. Writes benchmarks/results/serving.json (`rows`: `{setup,
 tool_choice, clients, tokens_per_s, invalid, lost, errors_5xx, bfcl_correct, load, written, ...}`, `meta`) and
 serving.md (all setups side by side, the ratios of the issue's bars, every row); `--table` only rewrites the
