@@ -235,7 +235,7 @@ class OutputBuilder:
                 name = self._canonical.get(written, written)
                 call = ToolCallOut(call_id(), name, custom=name in self._custom)
                 self.calls.append(call)
-                self._held = any(c.complete and c.name == name for c in self.calls)
+                self._held = self._repeats_so_far(call)  # arguments empty: an earlier complete call of this tool
                 if not self._held:
                     self._deltas.append(call.delta(len(self.calls) - 1, "", head=True))
                 self._args_at = m.end()
@@ -271,24 +271,22 @@ class OutputBuilder:
         """Mark the event's calls complete, checking that the streamed text says what the grammar parsed; a repeat
         still held is left out (one announced before it proved a repeat stays, as streamed)."""
         held, self._held = self._held, False
-        found = self.calls[self._event_first :]
         if event.repeat:
             if held:
                 del self.calls[-1]
             for out in self.calls[self._event_first :]:
                 out.complete = True
-            found, parsed = [], []
         else:
             if held:
                 self._announce_held()
-            parsed = event.calls
+            found, parsed = self.calls[self._event_first :], event.calls
             if event.error or len(found) != len(parsed):
                 self.mismatches.append(event.error or f"{len(found)} calls streamed, {len(parsed)} parsed")
-        for out, call in zip(found, parsed, strict=False):
-            said = out.arguments if out.custom else json.loads(out.arguments or "null")
-            if out.name != call.name or said != (call.input if out.custom else call.arguments):
-                self.mismatches.append(f"streamed {out.name} {out.arguments} but parsed {call.name}")
-            out.complete = True
+            for out, call in zip(found, parsed, strict=False):
+                said = out.arguments if out.custom else json.loads(out.arguments or "null")
+                if out.name != call.name or said != (call.input if out.custom else call.arguments):
+                    self.mismatches.append(f"streamed {out.name} {out.arguments} but parsed {call.name}")
+                out.complete = True
         self._call = bytearray()
         self._pos, self._args_at = 0, None
         self._event_first = len(self.calls)
