@@ -180,6 +180,30 @@ HEAD = (
 )
 
 
+
+@pytest.mark.parametrize("kv_split", [False, True], ids=["unified", "split"])
+def test_a_unified_context_keeps_no_more_prompts_than_rows_run(lm: LoadedModel, tiny, kv_split: bool) -> None:  # type: ignore[no-untyped-def]
+    """Every row's attention reads every used cell of a unified context, kept prompts' too, so one client's rows
+    one after another keep only the last prompt (and still take the start they share from it); rows running
+    together keep theirs; streams of their own (`kv_split`) keep up to `prefixes`."""
+    grammar = lm.compiler.compile(TOOLS, "hermes")
+    served = load_llamacpp(tiny[1], threads=1, n_ctx=8192, sequences=8, tokenizer=lm.tokenizer, kv_split=kv_split)
+    batch = LlamaBatch(Decoder(served.model, lm.vocab), prefixes=4, min_prefix=8)
+    enc = lm.vocab.encode
+    head = enc("You may call tools. Here are some examples of calls and answers, always the same.")
+    for i, question in enumerate([" Q: one?", " Q: the second?", " Q: three, the last?"]):
+        row = batch.add(head + enc(question), CallController(grammar), max_new_tokens=8)
+        while len(batch):
+            batch.step()
+        assert row.gen.prefix_tokens >= (len(head) if i else 0)
+        assert len(batch._prefixes) == (1 if not kv_split else i + 1)
+        assert tuple(row.prompt) in batch._prefixes
+    rows = [batch.add(head + enc(f" Q: together {n}?"), CallController(grammar), max_new_tokens=8) for n in range(3)]
+    batch.step()
+    assert len(batch._prefixes) >= 3 and all(tuple(r.prompt) in batch._prefixes for r in rows)
+    while len(batch):
+        batch.step()
+
 def _render(question: str) -> str:
     return f"{HEAD}Q: {question} A:"
 
