@@ -68,6 +68,13 @@ struct MaskHash {
 
 inline bool mask_has(const Mask& m, int b) { return (m[b >> 6] >> (b & 63)) & 1; }
 
+// Calls f(b) for each byte b in m, in increasing order.
+template <class F>
+inline void for_bits(const Mask& m, F&& f) {
+  for (int w = 0; w < 4; ++w)
+    for (uint64_t x = m[w]; x != 0; x &= x - 1) f(w * 64 + __builtin_ctzll(x));
+}
+
 // A hash of a list of int32 (state sets, region signatures and shape keys): FNV-1a steps over four interleaved
 // lanes, then a final mix. One chain of multiplies waits on the last (a region's signature of 1,000 entries took
 // 1.7 us to hash, twice per first visit of a number's state); four independent chains run at once.

@@ -110,16 +110,14 @@ std::pair<std::vector<int32_t>, int32_t> byte_classes(const std::vector<Mask>& m
     split_of.resize(nc);
     split_stamp.resize(nc, -1);
     const auto stamp = static_cast<int32_t>(i);
-    for (int w = 0; w < 4; ++w)
-      for (uint64_t x = masks[i][w]; x != 0; x &= x - 1) {
-        const int b = w * 64 + __builtin_ctzll(x);
-        const int32_t c = cls[b];
-        if (split_stamp[c] != stamp) {
-          split_stamp[c] = stamp;
-          split_of[c] = nc++;
-        }
-        cls[b] = split_of[c];
+    for_bits(masks[i], [&](int b) {
+      const int32_t c = cls[b];
+      if (split_stamp[c] != stamp) {
+        split_stamp[c] = stamp;
+        split_of[c] = nc++;
       }
+      cls[b] = split_of[c];
+    });
   }
   std::vector<int32_t> order(nc, -1);
   int32_t k = 0;

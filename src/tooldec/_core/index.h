@@ -203,22 +203,22 @@ class Index {
     for (size_t c = 0; c < nc; ++c)
       if (row[c] != DEAD)
         for (int w = 0; w < 4; ++w) live[w] |= class_bits_[c][w];
-    for (int w = 0; w < 4; ++w)
-      for (uint64_t x = live[w] & v.root_bits_[w]; x != 0; x &= x - 1) {
-        int32_t k = v.root_[w * 64 + __builtin_ctzll(x)];
-        const int32_t end = k < N ? ne[k] : k;
-        while (k < end) {
-          const int32_t d = nd[k];
-          const int32_t t = tr[static_cast<size_t>(stack[d - 1]) * nc + cl[nb[k]]];
-          if (t == DEAD) {
-            k = ne[k];
-            continue;
-          }
-          stack[d] = t;
-          for (int32_t j = tp[k]; j < tp[k + 1]; ++j) emit(tk[j], t);
-          ++k;
+    for (int w = 0; w < 4; ++w) live[w] &= v.root_bits_[w];
+    for_bits(live, [&](int b) {
+      int32_t k = v.root_[b];
+      const int32_t end = k < N ? ne[k] : k;
+      while (k < end) {
+        const int32_t d = nd[k];
+        const int32_t t = tr[static_cast<size_t>(stack[d - 1]) * nc + cl[nb[k]]];
+        if (t == DEAD) {
+          k = ne[k];
+          continue;
         }
+        stack[d] = t;
+        for (int32_t j = tp[k]; j < tp[k + 1]; ++j) emit(tk[j], t);
+        ++k;
       }
+    });
   }
 
  private:

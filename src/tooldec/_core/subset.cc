@@ -14,10 +14,6 @@ Dfa subset(int32_t n, const int64_t* ep, const int32_t* em, const int32_t* et, c
   const int32_t n_masks = static_cast<int32_t>(mask_list.size());
   // byte classes over every mask this NFA uses (a table shared by several roots holds masks it never uses); then
   // each mask as its sorted list of classes
-  auto for_bits = [](const Mask& m, auto&& f) {
-    for (int w = 0; w < 4; ++w)
-      for (uint64_t x = m[w]; x != 0; x &= x - 1) f(w * 64 + __builtin_ctzll(x));
-  };
   std::vector<uint8_t> used_mask(n_masks, 0);
   for (int64_t k = 0; k < ep[n]; ++k) used_mask[em[k]] = 1;
   const auto classes = byte_classes(mask_list, &used_mask);
