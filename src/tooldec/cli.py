@@ -501,7 +501,9 @@ def serve(
     max_tokens: int = typer.Option(512, "--max-tokens", min=1, help="Answer tokens when a request sets no max_tokens."),
     compile_timeout: float = typer.Option(60.0, "--compile-timeout", min=0.1, help="Seconds a tool set may take to compile."),
     max_body_mb: float = typer.Option(8.0, "--max-body-mb", min=0.001, help="Largest request body accepted."),
-    prefix_cache: int = typer.Option(8, "--prefix-cache", min=0, help="Prompts whose KV cache is kept for reuse."),
+    prefix_cache: int = typer.Option(
+        8, "--prefix-cache", min=0,
+        help="Prompts whose KV cache is kept for reuse (llama.cpp's unified cache: no more than rows run)."),
     call_layout: str = typer.Option(
         "compact", "--call-layout", help="compact, or lines: a guided call's JSON may be pretty-printed too (Hermes)."
     ),
