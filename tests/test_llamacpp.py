@@ -180,7 +180,6 @@ HEAD = (
 )
 
 
-
 @pytest.mark.parametrize("kv_split", [False, True], ids=["unified", "split"])
 def test_a_unified_context_keeps_no_more_prompts_than_rows_run(lm: LoadedModel, tiny, kv_split: bool) -> None:  # type: ignore[no-untyped-def]
     """Every row's attention reads every used cell of a unified context, kept prompts' too, so one client's rows
@@ -203,6 +202,7 @@ def test_a_unified_context_keeps_no_more_prompts_than_rows_run(lm: LoadedModel, 
     assert len(batch._prefixes) >= 3 and all(tuple(r.prompt) in batch._prefixes for r in rows)
     while len(batch):
         batch.step()
+
 
 def _render(question: str) -> str:
     return f"{HEAD}Q: {question} A:"

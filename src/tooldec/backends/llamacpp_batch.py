@@ -5,9 +5,9 @@ policy, sampling and budget), but where that one moves key/value tensors in Pyth
 sequence of the model's llama.cpp context: joining rows' prompts and live rows' new tokens go into one batch,
 each row's last logits come back as a view of llama.cpp's buffer, and the policies' masks are applied to it in
 place (the compiled core's kernel, one call) before each row samples. Prompts of `min_prefix` tokens or more are
-kept as sequences of their own (the last `prefixes`); a joining prompt that starts the same way takes those
-positions with `seq_cp` instead of computing them again: it shares the cells in a unified context, and copies
-them where each sequence has its own (`kv_split`).
+kept as sequences of their own (the last `prefixes`; in a unified context no more than rows run); a joining
+prompt that starts the same way takes those positions with `seq_cp` instead of computing them again: it shares
+the cells in a unified context, and copies them where each sequence has its own (`kv_split`).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ class LlamaBatch(RowBatch):
 
     def __init__(self, decoder: Decoder, *, prefixes: int = 8, min_prefix: int = 8) -> None:
         """Decode with `decoder` (whose model is a LlamaCppModel); keep the last `prefixes` prompts of at least
-        `min_prefix` tokens for rows that start the same way (each holds a sequence while kept). Taking a kept
-        start costs a `seq_cp` (shared cells, or a copy of memory in a split context), never a prefill, so even a short
-        one is worth it: Qwen's default system prompt and the
-        chat markup around it are 24 tokens that every plain chat request shares (a second of prefill on a
+        `min_prefix` tokens for rows that start the same way (each holds a sequence while kept; `_remember` says
+        how many a unified context keeps). Taking a kept start costs a `seq_cp` (shared cells, or a copy of memory
+        in a split context), never a prefill, so even a short one is worth it: Qwen's default system prompt and
+        the chat markup around it are 24 tokens that every plain chat request shares (a second of prefill on a
         loaded core when the threshold was 32)."""
         if not isinstance(decoder.model, LlamaCppModel):
             raise TypeError("LlamaBatch needs a decoder on a LlamaCppModel")
