@@ -103,7 +103,7 @@ class CfgGuide:
         self.vocab = compiled.prepared.vocab
         self._m = matcher if matcher is not None else _core.CfgMatcher(compiled.core)
         self._tokens: list[int] = []
-        self._chunks: list[bytes] = []  # the bytes of each step (a token's, or those of one accept_bytes)
+        self._raw: list[bytes] = []  # the bytes of each accept_bytes step (a -1 in _tokens), in order
         self._rows = BitmaskRows(compiled.prepared.words)
 
     @property
@@ -158,7 +158,6 @@ class CfgGuide:
             text = tb[token_id] if 0 <= token_id < len(tb) else None
             raise TokenRejectedError(token_id, -1, text)
         self._tokens.append(token_id)
-        self._chunks.append(b"" if token_id in self.vocab.eos_ids else self.vocab.token_bytes[token_id] or b"")
 
     def accept_bytes(self, data: bytes) -> int:
         """Take raw bytes as one step; returns how many are accepted before the first that is not (the guide
@@ -166,7 +165,7 @@ class CfgGuide:
         n = int(self._m.accept_bytes(data))
         if n == len(data):
             self._tokens.append(-1)
-            self._chunks.append(data)
+            self._raw.append(data)
         return n
 
     def rollback(self, n: int = 1) -> None:
@@ -175,14 +174,16 @@ class CfgGuide:
             raise ValueError(f"cannot roll back {n} tokens of {len(self._tokens)}")
         if n:
             self._m.rollback(n)
+            raw = self._tokens[-n:].count(-1)
+            if raw:
+                del self._raw[-raw:]
             del self._tokens[-n:]
-            del self._chunks[-n:]
 
     def fork(self) -> CfgGuide:
         """An independent copy at the same position."""
         g = CfgGuide(self.compiled, self._m.fork())
         g._tokens = list(self._tokens)
-        g._chunks = list(self._chunks)
+        g._raw = list(self._raw)
         return g
 
     def runs_on(self, token_id: int) -> bool:
@@ -199,7 +200,9 @@ class CfgGuide:
 
     def text(self) -> str:
         """The text generated so far (EOS excluded)."""
-        return b"".join(self._chunks).decode("utf-8", errors="replace")
+        tb, eos, raw = self.vocab.token_bytes, self.vocab.eos_ids, iter(self._raw)
+        chunks = (next(raw) if t < 0 else b"" if t in eos else tb[t] or b"" for t in self._tokens)
+        return b"".join(chunks).decode("utf-8", errors="replace")
 
     def result(self) -> Any:
         """The sentence (parsed by the compiled grammar's `parse`, if any); raises ValueError before it is
