@@ -19,12 +19,27 @@ from hypothesis import strategies as st
 
 from tooldec.automaton import compile as automaton_compile
 from tooldec.automaton.compile import KeyLanguage, compile_dfa
-from tooldec.automaton.value_grammar import NotTokenizable, value_grammar
+from tooldec.automaton.value_grammar import NotTokenizable, calls_in_products, value_grammar
 from tooldec.cfg_guide import CompiledCfg
 from tooldec.compiler import CompiledGrammar, Compiler
 from tooldec.conformance import feed
 from tooldec.errors import UnsupportedSchemaError
-from tooldec.grammar.ir import call, lit, seq
+from tooldec.grammar.ir import (
+    CALL_MARKER,
+    EMPTY,
+    Alt,
+    Bytes,
+    Difference,
+    Divisible,
+    Fields,
+    Intersect,
+    Node,
+    Repeat,
+    Seq,
+    call,
+    lit,
+    seq,
+)
 from tooldec.grammar.schema import SchemaCompiler
 from tooldec.index import PreparedVocab
 from tooldec.sample import random_walk
@@ -200,6 +215,60 @@ def test_value_grammar_refuses_bytes_that_start_no_json_token() -> None:
 def test_value_grammar_refuses_a_call_of_a_missing_rule() -> None:
     with pytest.raises(NotTokenizable, match="past the 1 rules"):
         value_grammar(seq(lit("["), call(3), lit("]")), [lit("1")])
+
+
+def _calls_below(node: Node) -> bool:
+    """Reference: whether a call's marker lies anywhere below `node` (plain recursion, no sharing)."""
+    if isinstance(node, Bytes):
+        return node.mask == 1 << CALL_MARKER
+    if isinstance(node, (Seq, Alt, Intersect)):
+        return any(_calls_below(k) for k in node.items)
+    if isinstance(node, Repeat):
+        return _calls_below(node.item) or (node.sep is not None and _calls_below(node.sep))
+    if isinstance(node, Fields):
+        return _calls_below(node.sep) or any(_calls_below(k) for k, _ in node.items)
+    if isinstance(node, Difference):
+        return _calls_below(node.left) or _calls_below(node.right)
+    return False
+
+
+def _calls_in_products_reference(node: Node) -> bool:
+    """Reference: a product (not a difference that only removes the empty string) with a call below it."""
+    if isinstance(node, Difference) and node.right == EMPTY:
+        return _calls_in_products_reference(node.left)
+    if isinstance(node, (Intersect, Difference)):
+        return _calls_below(node)
+    if isinstance(node, (Seq, Alt)):
+        return any(_calls_in_products_reference(k) for k in node.items)
+    if isinstance(node, Repeat):
+        return _calls_in_products_reference(node.item) or (
+            node.sep is not None and _calls_in_products_reference(node.sep))
+    if isinstance(node, Fields):
+        return _calls_in_products_reference(node.sep) or any(_calls_in_products_reference(k) for k, _ in node.items)
+    return False
+
+
+def _grow_ir(kids: st.SearchStrategy[Node]) -> st.SearchStrategy[Node]:
+    some = st.lists(kids, min_size=1, max_size=3)
+    return st.one_of(
+        some.map(lambda ks: Seq(tuple(ks))),
+        some.map(lambda ks: Alt(tuple(ks))),
+        some.map(lambda ks: Intersect(tuple(ks))),
+        st.tuples(kids, st.one_of(kids, st.just(EMPTY))).map(lambda lr: Difference(*lr)),
+        st.tuples(kids, st.one_of(st.none(), kids)).map(lambda rs: Repeat(rs[0], 0, None, rs[1])),
+        st.tuples(st.lists(st.tuples(kids, st.booleans()), min_size=1, max_size=2), kids).map(
+            lambda fs: Fields(tuple(fs[0]), fs[1])),
+    )
+
+
+IR_TREES = st.recursive(st.sampled_from([lit("a"), call(0), call(2), Divisible(3), EMPTY]), _grow_ir,
+                        max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(IR_TREES, min_size=1, max_size=3))
+def test_calls_in_products_agrees_with_a_plain_recursive_reading(nodes: list[Node]) -> None:
+    assert calls_in_products(nodes) == any(_calls_in_products_reference(n) for n in nodes)
 
 
 POINT = {"type": "object", "properties": {"x": {"type": "integer", "minimum": -999, "maximum": 999},

@@ -27,7 +27,18 @@ from tooldec.automaton.dfa import DEAD, DFA
 from tooldec.errors import EmptyGrammarError, GrammarError
 from tooldec.grammar.cfg.model import ContextFreeGrammar, Rule, Terminal, nonterminal_symbol
 from tooldec.grammar.cfg.normalize import normalize
-from tooldec.grammar.ir import CALL_MARKER, EMPTY, Bytes, Difference, Intersect, Node
+from tooldec.grammar.ir import (
+    CALL_MARKER,
+    EMPTY,
+    Alt,
+    Bytes,
+    Difference,
+    Fields,
+    Intersect,
+    Node,
+    Repeat,
+    Seq,
+)
 
 PUNCTUATION = frozenset(b"{}[],: \t\n\r")
 """Bytes that are a token alone (structure and whitespace)."""
@@ -56,30 +67,25 @@ def calls_in_products(nodes: Sequence[Node]) -> bool:
     would treat the marker as bytes, not as the language it stands for); a difference that only takes the empty
     string away (a one-or-more) is as right with calls as without."""
     marker = 1 << CALL_MARKER
-    memo: dict[int, bool] = {}
+    calls: dict[int, bool] = {}  # id(node) -> whether a marker lies below it (nodes are shared: each done once)
 
     def has_call(root: Node) -> bool:
         stack: list[tuple[Node, bool]] = [(root, False)]
         while stack:
             node, done = stack.pop()
-            key = id(node)
-            if key in memo and not done:
-                continue
-            kids = _children(node)
             if done:
-                memo[key] = any(memo[id(k)] for k in kids)
-                continue
-            if isinstance(node, Bytes):
-                memo[key] = node.mask == marker
-                continue
-            stack.append((node, True))
-            stack.extend((k, False) for k in kids if id(k) not in memo)
-        return memo[id(root)]
+                calls[id(node)] = any(calls[id(k)] for k in _children(node))
+            elif id(node) not in calls:
+                if isinstance(node, Bytes):
+                    calls[id(node)] = node.mask == marker
+                else:
+                    stack.append((node, True))
+                    stack.extend((k, False) for k in _children(node) if id(k) not in calls)
+        return calls[id(root)]
 
-    found = False
     seen: set[int] = set()
     stack = list(nodes)
-    while stack and not found:
+    while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
@@ -87,22 +93,24 @@ def calls_in_products(nodes: Sequence[Node]) -> bool:
         if isinstance(node, Difference) and node.right == EMPTY:
             stack.append(node.left)  # only the empty string removed: the same with calls as without
         elif isinstance(node, (Intersect, Difference)):
-            found = has_call(node)
+            if has_call(node):
+                return True
         else:
             stack.extend(_children(node))
-    return found
+    return False
 
 
-def _children(node: Node) -> list[Node]:
-    items = getattr(node, "items", None)
-    if items is not None:
-        return [i[0] if isinstance(i, tuple) else i for i in items] + ([node.sep] if hasattr(node, "sep") else [])
-    out = []
-    for name in ("item", "sep", "left", "right"):
-        kid = getattr(node, name, None)
-        if kid is not None:
-            out.append(kid)
-    return out
+def _children(node: Node) -> tuple[Node, ...]:
+    """The nodes directly below `node` (none below a leaf)."""
+    if isinstance(node, (Seq, Alt, Intersect)):
+        return node.items
+    if isinstance(node, Repeat):
+        return (node.item,) if node.sep is None else (node.item, node.sep)
+    if isinstance(node, Fields):
+        return (*[item for item, _ in node.items], node.sep)
+    if isinstance(node, Difference):
+        return (node.left, node.right)
+    return ()
 
 
 class _Terminals:
