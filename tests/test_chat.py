@@ -14,14 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tooldec.automaton.compile import KeyLanguage, compile_dfa
+from tooldec.automaton.dfa import minimize
 from tooldec.chat import CHAT_SYNTAXES, ChatSyntax, build_policy, call_blocks, chat_syntax, read_calls
-from tooldec.chat.policy import ANSWER_BANS, CallsOnly
+from tooldec.chat.policy import ANSWER_BANS, CallsOnly, plan_calls
 from tooldec.chat.reader import distinct_blocks
 from tooldec.chat.template import write_calls
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController, Mode
 from tooldec.errors import TokenRejectedError
-from tooldec.grammar.calls import ParsedCall, name_aliases
+from tooldec.grammar.calls import CallParseError, ParsedCall, name_aliases, several_in_block, tools_grammar
 from tooldec.index import unpack
 from tooldec.specs import ToolSet, ToolSpec
 from tooldec.vocab import Vocabulary
@@ -61,17 +63,26 @@ def _policy(vocab: Vocabulary, name: str, choice: str = "auto") -> Any:
     return build_policy(_GRAMMARS[key], TOOLS, choice, syntax=_syntax(name))
 
 
+BETWEEN = (",\n", "\n", ", ")
+"""What Qwen2.5-Coder writes between parallel calls in one `<tool_call>` block (BFCL, free decoding: 94, 39, 17)."""
+
+
 def _written(name: str, calls: list[tuple[str, dict[str, Any]]], shapes: list[int]) -> str:
-    """The calls as a model of this syntax writes them in one turn (Hermes in a mix of its shapes)."""
+    """The calls as a model of this syntax writes them in one turn (Hermes in a mix of its shapes: a shape of 8
+    or more puts the call in the block before it, after one of BETWEEN)."""
     if name.startswith("hermes"):
         indent = 2 if name == "hermes-lines" else None
-        parts = []
+        blocks: list[tuple[int, list[str]]] = []
         for (tool, args), shape in zip(calls, shapes, strict=False):
             obj = json.dumps({"name": tool, "arguments": args}, indent=indent)
+            if shape >= 8 and blocks and blocks[-1][0] < 2:
+                blocks[-1][1].extend((BETWEEN[shape % 3], obj))
+                continue
             bare = json.dumps({"name": tool, "arguments": args})  # a bare call opens with its own compact start
             pretty = "{\n  " + bare[1:]  # or pretty-printed: the rest in the layout's own spelling
-            parts.append([f"<tool_call>\n{obj}\n</tool_call>", f"```json\n{obj}\n```", bare, pretty][shape % 4])
-        return "Let me see.\n" + "\n".join(parts)
+            blocks.append((shape % 4, [[obj, obj, bare, pretty][shape % 4]]))
+        around = [("<tool_call>\n", "\n</tool_call>"), ("```json\n", "\n```"), ("", ""), ("", "")]
+        return "Let me see.\n" + "\n".join(around[k][0] + "".join(b) + around[k][1] for k, b in blocks)
     if name == "python":
         return write_calls(_syntax(name), calls)
     text = write_calls(_syntax(name), calls)
@@ -101,7 +112,7 @@ def test_importing_the_chat_layer_imports_no_torch() -> None:
 
 @pytest.mark.parametrize("name", SYNTAXES)
 @settings(max_examples=25)
-@given(calls=calls_st, shapes=st.lists(st.integers(0, 7), min_size=3, max_size=3))
+@given(calls=calls_st, shapes=st.lists(st.integers(0, 11), min_size=3, max_size=3))
 def test_one_to_three_calls_are_accepted_in_every_syntax(
     bytelevel_vocab: Vocabulary, name: str, calls: list[tuple[str, dict[str, Any]]], shapes: list[int]
 ) -> None:
@@ -229,6 +240,13 @@ def test_after_a_call_every_next_call_shape_stays_open(bytelevel_vocab: Vocabula
             policy = _policy(vocab, "hermes", choice)
             policy.accept_tokens(_encode(vocab, call))
             assert policy.validate_tokens(_encode(vocab, nxt)) == len(_encode(vocab, nxt)), (choice, nxt)
+    inside = '<tool_call>\n{"name": "add", "arguments": {"a": 1}}'
+    for choice in ("auto", "required"):
+        for between in BETWEEN:  # the next call in the same block
+            policy = _policy(vocab, "hermes", choice)
+            policy.accept_tokens(_encode(vocab, inside))
+            nxt = _encode(vocab, between + '{"name": "')
+            assert policy.validate_tokens(nxt) == len(nxt), (choice, between)
     for nxt in ('\n{"name": "', '\n[{"name": "'):
         policy = _policy(vocab, "llama31")
         policy.accept_tokens(vocab.encode('{"name": "add", "parameters": {"a": 1}}'))
@@ -247,6 +265,38 @@ def test_without_parallel_calls_one_call_ends_the_answer(bytelevel_vocab: Vocabu
             text = text.removeprefix("Let me see.\n")
         [event] = policy.accept_tokens([*_encode(bytelevel_vocab, text), min(bytelevel_vocab.eos_ids)])
         assert _pairs(event.calls) == [("add", {"a": 1})] and policy.done, name
+
+
+def test_without_parallel_calls_a_block_holds_one_call(bytelevel_vocab: Vocabulary) -> None:
+    policy = build_policy(Compiler(bytelevel_vocab), TOOLS, "auto", syntax=chat_syntax("hermes"), parallel=False)
+    policy.accept_tokens(_encode(bytelevel_vocab, 'Sure.\n<tool_call>\n{"name": "add", "arguments": {"a": 1}}'))
+    for between in BETWEEN:
+        nxt = _encode(bytelevel_vocab, between + "{")
+        assert policy.validate_tokens(nxt) < len(nxt), between
+
+
+@pytest.mark.parametrize("name", ["hermes", "hermes-lines"])
+def test_a_block_of_several_calls_compiles_to_its_grammar(bytelevel_vocab: Vocabulary, name: str) -> None:
+    """The compiler builds a block of several calls from the union of one call, placed in the block as it is
+    built (cached per tool group); that is the automaton of the block's grammar (`tools_grammar`), aliases
+    included."""
+    fmt = plan_calls(TOOLS, "auto", syntax=_syntax(name)).format
+    assert several_in_block(fmt) is not None
+    built = minimize(Compiler(bytelevel_vocab).compile(TOOLS, fmt, use_cache=False).dfa)
+    direct = minimize(compile_dfa(tools_grammar(TOOLS, fmt, decide=KeyLanguage)))
+    for a, b in ((built.trans, direct.trans), (built.classes, direct.classes), (built.accepting, direct.accepting)):
+        assert np.array_equal(a, b)
+
+
+def test_a_block_reads_as_its_run_of_calls() -> None:
+    fmt = plan_calls(TOOLS, "auto", syntax=chat_syntax("hermes")).format
+    two = '{"name": "add", "arguments": {"a": 1}}%s{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}'
+    for between in BETWEEN:
+        calls = fmt.parse_all(f"<tool_call>\n{two % between}\n</tool_call>")  # type: ignore[attr-defined]
+        assert _pairs(calls) == [("add", {"a": 1}), ("get_weather", {"city": "Oslo", "days": 2})]
+    for bad in (two % "; ", two % ",\n"[:1] + "x", '{"name": "add", "arguments": {"a": 1}'):
+        with pytest.raises(CallParseError):
+            fmt.parse_all(f"<tool_call>\n{bad}\n</tool_call>")  # type: ignore[attr-defined]
 
 
 def test_a_named_tool_choice_is_one_call_of_that_tool(bytelevel_vocab: Vocabulary) -> None:

@@ -620,6 +620,27 @@ def test_streamed_arguments_keep_the_layout_the_model_wrote(lm: LoadedModel, wea
     assert ("\n" in done.arguments) == (indent is not None)
 
 
+def test_a_block_of_calls_drops_repeats_and_keeps_its_whole_calls_when_cut(lm: LoadedModel) -> None:
+    """In a block of several calls a call that repeats one before it is left out as it is written (never
+    announced), and where the token limit cuts the block the calls it holds whole stay complete calls; the one
+    cut after its name is `cut_call`."""
+    from tooldec.chat import build_policy, chat_syntax
+    from tooldec.compiler import Compiler
+    from tooldec.specs import ToolSet, from_openai_tools
+
+    policy = build_policy(Compiler(lm.vocab), ToolSet(from_openai_tools(TOOLS)), "auto", syntax=chat_syntax("hermes"))
+    out = OutputBuilder(lm.vocab, policy, kind="tools")
+    ping, cut = '{"name": "ping", "arguments": {}}', '{"name": "add", "arguments": {"a": 1'
+    for token in lm.vocab.encode(f"Sure. <tool_call>\n{ping},\n{WEATHER_CALL},\n{ping},\n{cut}"):
+        out.on_token(token, policy.accept_token(token))
+    out.finish()
+    announced = [d["tool_calls"][0]["function"]["name"] for d in out.drain() if "id" in d.get("tool_calls", [{}])[0]]
+    assert announced == ["ping", "get_weather", "add"]
+    assert [(c.name, c.arguments) for c in out.complete_calls] == [
+        ("ping", "{}"), ("get_weather", '{"city": "Paris", "days": 3}')]
+    assert out.content == "Sure." and out.cut_call == cut and out.mismatches == []
+
+
 class Script:
     """A forward hook that makes a tiny model write `text` after the last assistant header, then EOS (one row at a
     time, no prefix cache: it reads the answer so far from the tokens fed). Control tokens count as their names,
@@ -704,6 +725,24 @@ def test_a_call_the_model_opens_in_auto_mode_comes_back_as_tool_calls(special: b
     assert check_calls(whole.message) == [("get_weather", {"city": "Paris", "days": 3})]
     assert whole.message.content == content == "Let me check."
     assert streamed == [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+
+
+@pytest.mark.parametrize("between", [",\n", "\n", ", "])
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_parallel_calls_in_one_block_come_back_as_tool_calls(between: str, choice: str) -> None:
+    """Qwen2.5-Coder writes parallel calls in one `<tool_call>` block, `,\\n`, `\\n` or `, ` apart: each is a
+    tool call, streamed and not; with `parallel_tool_calls` off the block holds the first only."""
+    ping = '{"name": "ping", "arguments": {}}'
+    with scripted_server(f"<tool_call>\n{WEATHER_CALL}{between}{ping}\n</tool_call>", special_tool_call=True) as srv:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        whole, content, streamed, finish = whole_and_streamed(client, tools=TOOLS, tool_choice=choice)
+        one, _, one_streamed, _ = whole_and_streamed(client, tools=TOOLS, tool_choice=choice,
+                                                     parallel_tool_calls=False)
+    assert whole.finish_reason == finish == "tool_calls" and not whole.message.content and not content
+    assert check_calls(whole.message) == [("get_weather", {"city": "Paris", "days": 3}), ("ping", {})]
+    assert streamed == [(c.function.name, c.function.arguments) for c in whole.message.tool_calls]
+    assert check_calls(one.message) == [("get_weather", {"city": "Paris", "days": 3})]
+    assert one_streamed == [(c.function.name, c.function.arguments) for c in one.message.tool_calls]
 
 
 def test_a_server_in_the_lines_layout_keeps_a_pretty_printed_call() -> None:

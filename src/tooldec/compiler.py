@@ -17,13 +17,20 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from tooldec.automaton.compile import KeyLanguage, ProductCache, compile_dfa, compile_dfas
+from tooldec.automaton.compile import Embedded, KeyLanguage, ProductCache, compile_dfa, compile_dfas
 from tooldec.automaton.dfa import DEAD, DFA, minimize, union_dfas
 from tooldec.automaton.forced import ForcedText
 from tooldec.automaton.value_grammar import NotTokenizable, value_grammar
 from tooldec.cfg_guide import CompiledCfg, compile_cfg
 from tooldec.errors import EmptyGrammarError, GrammarError, ToolSpecError, UnsupportedSchemaError
-from tooldec.grammar.calls import CallFormat, call_groups, get_format, group_call, tools_grammar
+from tooldec.grammar.calls import (
+    CallFormat,
+    call_groups,
+    get_format,
+    group_call,
+    several_in_block,
+    tools_grammar,
+)
 from tooldec.grammar.cfg import Terminal, load_grammar
 from tooldec.grammar.cfg.terminal_regex import fullmatch_ir
 from tooldec.grammar.custom import CustomCalls, custom_call_grammar, input_grammar, json_call_pieces
@@ -204,8 +211,12 @@ class Compiler:
 
         def build() -> CompiledGrammar:
             products = self._products if use_cache else ProductCache()  # cold: shared within this compile only
+            block = several_in_block(fmt)
             if getattr(fmt, "around", None) is not None:  # calls inside a list: one automaton of the whole
                 dfa = compile_dfa(tools_grammar(toolset, fmt, decide=KeyLanguage, max_ref_depth=self.max_ref_depth), products)
+            elif block is not None:  # a block of calls: the union of one call, placed in the block as it is
+                calls = self._union(toolset, specs, block[1], products, use_cache)
+                dfa = compile_dfa(block[0].block(Embedded(calls)), products)  # type: ignore[arg-type]
             else:
                 dfa = self._union(toolset, specs, fmt, products, use_cache)
             if dfa.start == DEAD:

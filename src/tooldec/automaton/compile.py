@@ -11,6 +11,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,6 +33,14 @@ Handwritten allany8, measured 2026-11-28). A product taken from the cache costs 
 _work: ContextVar[list[int] | None] = ContextVar("product_work", default=None)
 
 _BYTES, _SEQ, _ALT, _REPEAT, _FIELDS, _EMBED = range(6)
+
+
+@dataclass(frozen=True, eq=False)
+class Embedded:
+    """An automaton already built, as a leaf of IR: the core places its states as they are (a tool set's calls,
+    built per group and cached, inside a block that holds several of them)."""
+
+    dfa: DFA
 
 
 class ProductCache:
@@ -108,6 +117,10 @@ class _Table:
         elif kind is Intersect or kind is Difference:
             assert isinstance(node, (Intersect, Difference))
             dfa = self.products.get(node) if self.products is not None else _product(node, None)
+            self.dfas.append((np.ascontiguousarray(dfa.trans, dtype=np.int32), dfa.classes, dfa.accepting, dfa.start))
+            record = [_EMBED, len(self.dfas) - 1]
+        elif kind is Embedded:
+            dfa = node.dfa  # type: ignore[union-attr]
             self.dfas.append((np.ascontiguousarray(dfa.trans, dtype=np.int32), dfa.classes, dfa.accepting, dfa.start))
             record = [_EMBED, len(self.dfas) - 1]
         elif kind is Divisible:

@@ -9,7 +9,8 @@ The agents, `tooldec serve`, the vLLM processor and the evaluation all come here
   writes its answer in text.
 - A call may name a tool by a unique word-aligned suffix of its name (`with_aliases`, over all the tools).
 - With `parallel` (the default, as in OpenAI's API) the next call may follow in every shape the syntax allows:
-  Hermes returns to text, where any trigger opens the next call; Llama 3.1 writes one object or a JSON list,
+  Hermes returns to text, where any trigger opens the next call, and a `<tool_call>` block or a fence holds
+  several calls, `,\n`, `\n` or `, ` apart, as Qwen2.5-Coder writes them; Llama 3.1 writes one object or a JSON list,
   and another may follow; Mistral's and Python's lists hold up to `max_calls` calls. A required call with
   parallel calls is `CallsOnly`: after a call, only whitespace, the next call or the end. Without `parallel`, one
   call, then the sequence stops.
@@ -39,7 +40,7 @@ from tooldec.decoding.controller import (
 )
 from tooldec.decoding.trigger import Respelled, Triggers
 from tooldec.errors import TokenRejectedError
-from tooldec.grammar.calls import CallFormat, ParallelCalls, get_format, with_aliases
+from tooldec.grammar.calls import CallFormat, ParallelCalls, Wrapped, get_format, with_aliases
 from tooldec.index import PreparedVocab, TokenIndex
 from tooldec.specs import ToolSet
 
@@ -159,8 +160,10 @@ class CallPlan:
 
 
 def plan_calls(tools: ToolSet, tool_choice: Any = "auto", *, syntax: ChatSyntax, parallel: bool = True,
-               max_calls: int | None = None) -> CallPlan:
-    """The plan of a request's calls (see the module's rules); raises ToolChoiceError for a bad tool_choice."""
+               max_calls: int | None = None, several_per_block: bool = True) -> CallPlan:
+    """The plan of a request's calls (see the module's rules); raises ToolChoiceError for a bad tool_choice.
+    `several_per_block=False` keeps one call a block where another reader parses the output (vLLM's Hermes parser
+    reads one JSON object between tags)."""
     mode, named = resolve_tool_choice(tool_choice, tools)
     call_tools = ToolSet([tools[named]]) if named is not None else tools
     parallel = parallel and syntax.parallel and named is None
@@ -168,6 +171,8 @@ def plan_calls(tools: ToolSet, tool_choice: Any = "auto", *, syntax: ChatSyntax,
     fmt = get_format(syntax.format)
     if isinstance(fmt, ParallelCalls):
         fmt = replace(fmt, max_calls=limit)
+    elif isinstance(fmt, Wrapped) and parallel and several_per_block:
+        fmt = replace(fmt, several=True)
     return CallPlan(tools, call_tools, syntax, mode, parallel, limit, with_aliases(fmt, tools))
 
 

@@ -4,7 +4,8 @@ A call opens with `<tool_call>` (closed by `</tool_call>`), a Markdown ```` ```j
 ```` ``` ````), Mistral's `[TOOL_CALLS]`, or bare: a JSON object whose first key is `"name"`, alone or in a JSON
 list. Its JSON ends where the JSON value does (a closing inside a string argument closes nothing): a value whose
 brackets and strings are still open at the end of the text is `cut` there; a malformed one ends at the closing
-after its brackets, or the next opening. The object is read
+after its brackets, or the next opening. A block between tags or in a fence may hold several call objects one
+after another (a comma or whitespace apart), read as one list. The object is read
 leniently: `arguments` or `parameters`, arguments as an object or as a JSON string of one; a list holds several
 calls. Python calls (`f(a=1), g(b=2)`, the `python` syntax) are the whole text. The serving output streams with
 the same pieces (`CALL_HEAD`, `json_value_end`).
@@ -54,6 +55,9 @@ CALL_HEAD = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:argumen
 streamed call is announced once its name is written whole."""
 
 _JSON = json.JSONDecoder()
+_NEXT_CALL = re.compile(r'\s*,?\s*(?=\{\s*"name"\s*:)')
+"""What leads from one call to the next inside one block (Qwen2.5-Coder writes `{...},\\n{...}` in one
+`<tool_call>` block): their block's JSON is then the list of them."""
 
 
 @dataclass(frozen=True)
@@ -94,10 +98,19 @@ def call_blocks(text: str, shapes: Sequence[Shape] = SHAPES) -> list[CallBlock]:
         except ValueError:  # not (yet) a whole JSON value
             end = None
         if end is not None:
+            values = [text[body:end]]
+            while shape.closing and (more := _NEXT_CALL.match(text, end)) is not None:  # several in one block
+                try:
+                    stop = _JSON.raw_decode(text, more.end())[1]
+                except ValueError:  # cut off or malformed: read as a block of its own
+                    break
+                values.append(text[more.end() : stop])
+                end = stop
             after = len(text) - len(text[end:].lstrip())
             closed = bool(shape.closing) and text.startswith(shape.closing, after)
             pos = after + len(shape.closing) if closed else end
-            out.append(CallBlock(start, text[body:end], True, pos, closed))
+            value = values[0] if len(values) == 1 else "[" + ", ".join(values) + "]"
+            out.append(CallBlock(start, value, True, pos, closed))
             continue
         scanned = json_value_end(text, body) if text.startswith(("{", "["), body) else None
         if scanned is None and text.startswith(("{", "["), body):  # the value runs on to the end of the text
@@ -271,7 +284,7 @@ def read_calls(text: str, syntax: ChatSyntax | None = None, *, names: Mapping[st
                shapes: Sequence[Shape] = SHAPES) -> Reading:
     """Every call in `text`, written in any JSON shape (or, for the `python` syntax, the whole text as Python
     calls); `names` maps an alias to its tool's name. A block cut off by the text's end is not an error; one that only
-    repeats earlier calls is left out (`distinct_blocks`)."""
+    repeats earlier calls is left out (`distinct_blocks`), and so is a repeated call in a block of several."""
     names = names or {}
     if syntax is not None and syntax.family == "python":
         try:
@@ -285,9 +298,13 @@ def read_calls(text: str, syntax: ChatSyntax | None = None, *, names: Mapping[st
         if block.cut and not block.complete:
             continue
         try:
-            reading.calls += [replace(c, name=names.get(c.name, c.name)) for c in calls_in_json(block.json)]
+            calls = [replace(c, name=names.get(c.name, c.name)) for c in calls_in_json(block.json)]
         except CallParseError as exc:
             reading.errors.append(str(exc))
+            continue
+        for call in calls:  # a call made before is left out (a block of several may repeat one)
+            if call not in reading.calls:
+                reading.calls.append(call)
     return reading
 
 

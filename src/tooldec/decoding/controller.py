@@ -42,8 +42,9 @@ class Mode(enum.Enum):
 
 @dataclass
 class CallEvent:
-    """A call the model finished writing: its text (trigger included) and what it parses to. A `repeat` makes
-    only calls made before in the same turn: it adds none (`calls` is empty), and it ended the turn."""
+    """A call the model finished writing: its text (trigger included) and what it parses to, but calls made before
+    in the same turn. A `repeat` makes only calls made before: it adds none (`calls` is empty), and it ended the
+    turn."""
 
     text: str
     calls: list[ParsedCall] = field(default_factory=list)
@@ -409,8 +410,15 @@ class CallController:
         except (CallParseError, ValueError) as exc:
             event = CallEvent(text, [], str(exc))
         turn = self.events[self._turns[-1][1] if self._turns else 0 :]
-        if event.calls and all(any(call in e.calls for e in turn) for call in event.calls):
+        made = [call for e in turn for call in e.calls]
+        new: list[ParsedCall] = []
+        for call in event.calls:  # a call the turn made before is left out (a block may hold several)
+            if call not in made and call not in new:
+                new.append(call)
+        if event.calls and not new:
             event = CallEvent(text, repeat=True)
+        elif len(new) < len(event.calls):
+            event = CallEvent(text, new)
         self.events.append(event)
         self._guide = None
         if event.repeat or self.after_call == "stop" or len(self.events) >= self.max_calls:

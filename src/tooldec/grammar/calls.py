@@ -196,7 +196,9 @@ class Wrapped:
     """Another format between fixed text, e.g. Hermes/Qwen `<tool_call>\\n{...}\\n</tool_call>`; `also` holds other
     (prefix, suffix) pairs a call may be written between (Qwen's Markdown ```` ```json\\n{...}\\n``` ````), and
     `bare`, when set, the inner call's own first bytes, which open a call written with no wrapping at all
-    (Qwen2.5-Coder's bare `{"name": "...", "arguments": {...}}`)."""
+    (Qwen2.5-Coder's bare `{"name": "...", "arguments": {...}}`). With `several`, one (prefix, suffix) pair may
+    hold several calls, each after one of `between` (Qwen2.5-Coder writes parallel calls `{...},\n{...}` in one
+    `<tool_call>` block); a bare call stands alone."""
 
     inner: CallFormat
     prefix: str
@@ -204,6 +206,8 @@ class Wrapped:
     name: str = "wrapped"
     also: tuple[tuple[str, str], ...] = ()
     bare: str = ""
+    several: bool = False
+    between: tuple[str, ...] = (",\n", "\n", ", ")
 
     @property
     def pairs(self) -> tuple[tuple[str, str], ...]:
@@ -222,11 +226,23 @@ class Wrapped:
         body = self.inner.call(tool, max_ref_depth=max_ref_depth, decide=decide, names=names)
         return alt(*(seq(lit(p), body, lit(s)) for p, s in self.pairs))
 
+    def block(self, any_call: Node) -> Node:
+        """IR of calls of `any_call` between one pair: one call, or with `several` one or more `between` apart (a
+        bare call stands alone)."""
+        calls = Repeat(any_call, 1, None, alt(*map(lit, self.between))) if self.several else any_call
+        return alt(*(seq(lit(p), calls if p else any_call, lit(s)) for p, s in self.pairs))
+
     def parse(self, text: str) -> ParsedCall:
-        """The call written in `text`; raises CallParseError."""
+        """The call written in `text` (the first, where a pair holds several); raises CallParseError."""
+        return self.parse_all(text)[0]
+
+    def parse_all(self, text: str) -> list[ParsedCall]:
+        """Every call written in `text`: one, or with `several` those in one pair; raises CallParseError."""
         for prefix, suffix in self.pairs:
             if text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix):
-                return self.inner.parse(text[len(prefix) : len(text) - len(suffix)])
+                inside = text[len(prefix) : len(text) - len(suffix)]
+                parts = _calls_apart(inside, self.between) if self.several and prefix else [inside]
+                return [self.inner.parse(part) for part in parts]
         raise CallParseError(f"call not between {self.prefix!r} and {self.suffix!r}: {text!r}")
 
     def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
@@ -363,6 +379,25 @@ class ParallelCalls:
         return self.open + self.inner.render(tool, arguments) + self.close
 
 
+def _calls_apart(text: str, between: tuple[str, ...]) -> list[str]:
+    """The texts of the JSON calls written one after another in `text`, each after one of `between` (longest
+    first); raises CallParseError where `text` is not such a run."""
+    parts, at, decoder = [], 0, json.JSONDecoder()
+    ordered = sorted(between, key=len, reverse=True)
+    while True:
+        try:
+            _, end = decoder.raw_decode(text, at)
+        except ValueError as exc:
+            raise CallParseError(f"not a run of JSON calls: {text!r}") from exc
+        parts.append(text[at:end])
+        if end == len(text):
+            return parts
+        sep = next((b for b in ordered if text.startswith(b, end)), None)
+        if sep is None:
+            raise CallParseError(f"calls not apart by {', '.join(map(repr, between))}: {text!r}")
+        at = end + len(sep)
+
+
 def _list_items(text: str) -> list[str]:
     """The texts of the comma-separated items of a JSON array's or a Python tuple's inside; raises CallParseError."""
     try:
@@ -476,12 +511,28 @@ class Aliased:
         """The call written in `text`, with an alias replaced by the tool's name; raises CallParseError."""
         return self._canonical_call(self.inner.parse(text))
 
+    def parse_all(self, text: str) -> list[ParsedCall]:
+        """Every call written in `text` (one, where the inner format has no `parse_all`), aliases replaced."""
+        parse_all = getattr(self.inner, "parse_all", None)
+        calls = parse_all(text) if parse_all is not None else [self.inner.parse(text)]
+        return [self._canonical_call(call) for call in calls]
+
     def _canonical_call(self, call: ParsedCall) -> ParsedCall:
         return replace(call, name=self.canonical.get(call.name, call.name))
 
     def render(self, tool: ToolSpec, arguments: dict[str, Any]) -> str:
         """The canonical text of a call (under the tool's own name)."""
         return self.inner.render(tool, arguments)
+
+
+def several_in_block(fmt: CallFormat) -> tuple[Wrapped, CallFormat] | None:
+    """Where one pair of `fmt` may hold several calls (`Wrapped.several`): the wrapping and the format of one call
+    inside it (its aliases kept); else None."""
+    if isinstance(fmt, Aliased) and isinstance(fmt.inner, Wrapped) and fmt.inner.several:
+        return fmt.inner, replace(fmt, inner=fmt.inner.inner)
+    if isinstance(fmt, Wrapped) and fmt.several:
+        return fmt, fmt.inner
+    return None
 
 
 def with_aliases(fmt: str | CallFormat, tools: Iterable[ToolSpec]) -> CallFormat:
@@ -583,6 +634,10 @@ def group_call(group: Sequence[ToolSpec], fmt: CallFormat, *, decide: Decide, ma
 def tools_grammar(tools: Iterable[ToolSpec], fmt: CallFormat, *, decide: Decide, max_ref_depth: int = 3) -> Node:
     """IR of a call of any one of the tools; raises EmptyGrammarError for a tool that no call can satisfy.
     `decide` builds the small languages a schema's keys are checked against (see SchemaCompiler)."""
-    calls = [group_call(g, fmt, decide=decide, max_ref_depth=max_ref_depth) for g in call_groups(tools, fmt)]
+    block = several_in_block(fmt)
+    one = fmt if block is None else block[1]
+    calls = [group_call(g, one, decide=decide, max_ref_depth=max_ref_depth) for g in call_groups(tools, one)]
+    if block is not None:
+        return block[0].block(alt(*calls))
     around = getattr(fmt, "around", None)
     return around(alt(*calls)) if around is not None else alt(*calls)

@@ -70,6 +70,8 @@ class ToolCallOut:
     arguments: str = ""
     complete: bool = False
     custom: bool = False
+    whole: bool = False
+    """Its arguments are written whole (its block, which may hold more calls, may still go on)."""
 
     def to_openai(self) -> dict[str, Any]:
         """The `tool_calls` entry of a message."""
@@ -177,15 +179,21 @@ class OutputBuilder:
     def finish(self) -> None:
         """Release the content held back (the row is over). A call the row stopped inside (cut by the token
         limit) is not lost: before its name was complete nothing of it reached the client, so its text is content;
-        after, its part was streamed as a call, and `cut_call` keeps its text for the whole message."""
+        after, its part was streamed as a call, and `cut_call` keeps its text for the whole message. The calls
+        its block holds whole before it are complete calls."""
         if self.in_call and self.kind not in WHOLE:
             if self._held:  # never announced: its text is content, as a call cut before its name
                 del self.calls[-1]
                 self._held = False
-            if len(self.calls) == self._event_first:
-                self._content += self._call
+            whole = [c for c in self.calls[self._event_first :] if c.whole]
+            for call in whole:
+                call.complete = True
+            text = bytes(self._call).decode("utf-8", errors="replace")
+            rest = text[self._pos :].lstrip("}, \n") if whole else text  # after the block's whole calls
+            if len(self.calls) == self._event_first + len(whole):
+                self._content += rest.encode()
             else:
-                self.cut_call = bytes(self._call).decode("utf-8", errors="replace").strip()
+                self.cut_call = rest.strip()
             self._call = bytearray()
         self._release(final=True)
 
@@ -253,11 +261,17 @@ class OutputBuilder:
                 self._deltas.append(call.delta(len(self.calls) - 1, new))
             if end is None:
                 return
+            call.whole = True
+            if self._held:  # whole and still the text of an earlier call: a repeat, left out (the policy drops it)
+                del self.calls[-1]
+                self._held = False
             self._pos, self._args_at = end, None
 
     def _repeats_so_far(self, call: ToolCallOut) -> bool:
-        """Whether the call's text so far begins that of an earlier complete call of the same tool."""
-        return any(c.complete and c.name == call.name and c.arguments.startswith(call.arguments) for c in self.calls)
+        """Whether the call's text so far begins that of an earlier whole call of the same tool (of an earlier
+        block, or earlier in its own)."""
+        return any(c is not call and (c.complete or c.whole) and c.name == call.name
+                   and c.arguments.startswith(call.arguments) for c in self.calls)
 
     def _announce_held(self) -> None:
         """Announce the held call and stream its text so far (it is not a repeat after all)."""
