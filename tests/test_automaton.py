@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tooldec.automaton.compile import compile_dfa
-from tooldec.automaton.dfa import DEAD, DFA, minimize, union_dfas
+from tooldec.automaton.dfa import DEAD, DFA, minimize, separated_run, union_dfas
 from tooldec.grammar.ir import (
     NOTHING,
     Difference,
@@ -230,3 +230,32 @@ def test_a_signal_stops_a_long_compile_with_its_own_exception() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
     assert time.perf_counter() - start < 1.0
+
+
+@settings(max_examples=100, deadline=None)
+@given(words=st.lists(st.text("ab,\n ", min_size=0, max_size=4).map(lambda w: w + "}"), min_size=1, max_size=4),
+       texts=st.lists(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([",\n", "\n", ", ", ",", " ", ""])),
+                               min_size=1, max_size=4), min_size=1, max_size=8),
+       noise=st.lists(st.text("ab,\n }", max_size=6), max_size=4))
+def test_a_separated_run_accepts_one_or_more_words_apart(words: list[str], texts: list[list[tuple[int, str]]],
+                                                         noise: list[str]) -> None:
+    """`separated_run` (one copy of the automaton, its ends leading back to its start through the separators) has
+    the language of `w (sep w)*`: checked against Python's regex on runs of the words with separators good and bad,
+    and on noise."""
+    between = (",\n", "\n", ", ")
+    dfa = compile_dfa(alt(*(lit(w) for w in words)))
+    run = separated_run(dfa, [b.encode() for b in between])
+    assert run is not None
+    word = "|".join(map(re.escape, words))
+    pattern = re.compile(f"(?:{word})(?:(?:{'|'.join(map(re.escape, between))})(?:{word}))*", re.DOTALL)
+    for parts in texts:
+        text = "".join(sep + words[i % len(words)] if k else words[i % len(words)] for k, (i, sep) in enumerate(parts))
+        assert run.accepts(text.encode()) == bool(pattern.fullmatch(text)), text
+    for text in noise:
+        assert run.accepts(text.encode()) == bool(pattern.fullmatch(text)), text
+
+
+def test_a_separated_run_is_refused_where_an_end_goes_on() -> None:
+    dfa = compile_dfa(alt(lit("a}"), lit("a}b}")))  # `a}` is accepted and goes on
+    assert separated_run(dfa, [b","]) is None
+    assert separated_run(compile_dfa(lit("a}")), [b",", b",\n"]) is None  # one separator begins another

@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from tooldec.automaton.compile import Embedded, KeyLanguage, ProductCache, compile_dfa, compile_dfas
-from tooldec.automaton.dfa import DEAD, DFA, minimize, union_dfas
+from tooldec.automaton.dfa import DEAD, DFA, minimize, separated_run, union_dfas
 from tooldec.automaton.forced import ForcedText
 from tooldec.automaton.value_grammar import NotTokenizable, value_grammar
 from tooldec.cfg_guide import CompiledCfg, compile_cfg
@@ -215,8 +215,11 @@ class Compiler:
             if getattr(fmt, "around", None) is not None:  # calls inside a list: one automaton of the whole
                 dfa = compile_dfa(tools_grammar(toolset, fmt, decide=KeyLanguage, max_ref_depth=self.max_ref_depth), products)
             elif block is not None:  # a block of calls: the union of one call, placed in the block as it is
-                calls = self._union(toolset, specs, block[1], products, use_cache)
-                dfa = compile_dfa(block[0].block(Embedded(calls)), products)  # type: ignore[arg-type]
+                wrapped, one = block
+                calls = self._union(toolset, specs, one, products, use_cache)
+                run = separated_run(calls, [sep.encode() for sep in wrapped.between])
+                node = wrapped.block(Embedded(calls), None if run is None else Embedded(run))  # type: ignore[arg-type]
+                dfa = compile_dfa(node, products)
             else:
                 dfa = self._union(toolset, specs, fmt, products, use_cache)
             if dfa.start == DEAD:

@@ -7,6 +7,7 @@ After pruning, every live state can still reach an accepting state: "allowed" al
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,37 @@ def minimize(dfa: DFA) -> DFA:
     state 0, start 1, the rest breadth first. A union of tools keeps each tool's tail apart even where the tails
     are alike; merged, the token index has fewer states to walk and store."""
     return from_core(_core.minimize_dfa(dfa.trans, dfa.classes, dfa.accepting, dfa.start))
+
+
+def separated_run(dfa: DFA, between: Sequence[bytes]) -> DFA | None:
+    """The DFA of one or more of `dfa`'s strings, each after the first following one of `between`: its accepting
+    states lead back to its start through the separators' trie, one state per inner node (Thompson's
+    construction of such a repeat builds `dfa` twice, and its determinized run keeps both). None where that
+    would not be the language: an accepting state that goes on, separators of which one begins another, or
+    more than 256 byte classes."""
+    seps = sorted(set(between))
+    if not seps or not all(seps) or any(a != b and b.startswith(a) for a in seps for b in seps):
+        return None
+    trans, accepting = np.asarray(dfa.trans), np.asarray(dfa.accepting, dtype=bool)
+    if (trans[accepting] != DEAD).any():
+        return None
+    classes = dfa.classes.astype(np.int64)
+    columns = list(range(trans.shape[1]))  # the old column each new class copies
+    for byte in sorted({b for sep in seps for b in sep}):  # each separator byte a class of its own
+        columns.append(int(classes[byte]))
+        classes[byte] = len(columns) - 1
+    if len(columns) > 256:
+        return None
+    inner = sorted({sep[:k] for sep in seps for k in range(1, len(sep))})
+    node = {prefix: len(trans) + i for i, prefix in enumerate(inner)}
+    out = np.zeros((len(trans) + len(inner), len(columns)), dtype=np.int32)
+    out[: len(trans)] = trans[:, columns]
+    ends = np.flatnonzero(accepting)
+    for sep in seps:
+        for k, byte in enumerate(sep):
+            target = dfa.start if k == len(sep) - 1 else node[sep[: k + 1]]
+            out[ends if k == 0 else node[sep[:k]], classes[byte]] = target
+    return DFA(out, classes.astype(np.uint8), np.concatenate([accepting, np.zeros(len(inner), dtype=bool)]), dfa.start)
 
 
 def from_core(arrays: tuple[np.ndarray, np.ndarray, np.ndarray, int]) -> DFA:

@@ -226,10 +226,13 @@ class Wrapped:
         body = self.inner.call(tool, max_ref_depth=max_ref_depth, decide=decide, names=names)
         return alt(*(seq(lit(p), body, lit(s)) for p, s in self.pairs))
 
-    def block(self, any_call: Node) -> Node:
-        """IR of calls of `any_call` between one pair: one call, or with `several` one or more `between` apart (a
-        bare call stands alone)."""
-        calls = Repeat(any_call, 1, None, alt(*map(lit, self.between))) if self.several else any_call
+    def block(self, any_call: Node, run: Node | None = None) -> Node:
+        """IR of calls of `any_call` between one pair: one call, or with `several` one or more `between` apart
+        (`run`, when the caller has that language built; a bare call stands alone)."""
+        if self.several:
+            calls = run if run is not None else Repeat(any_call, 1, None, alt(*map(lit, self.between)))
+        else:
+            calls = any_call
         return alt(*(seq(lit(p), calls if p else any_call, lit(s)) for p, s in self.pairs))
 
     def parse(self, text: str) -> ParsedCall:
