@@ -18,7 +18,7 @@ from tooldec.automaton.compile import KeyLanguage, compile_dfa
 from tooldec.automaton.dfa import minimize
 from tooldec.chat import CHAT_SYNTAXES, ChatSyntax, build_policy, call_blocks, chat_syntax, read_calls
 from tooldec.chat.policy import ANSWER_BANS, CallsOnly, plan_calls
-from tooldec.chat.reader import distinct_blocks
+from tooldec.chat.reader import distinct_blocks, parse_calls
 from tooldec.chat.template import write_calls
 from tooldec.compiler import Compiler
 from tooldec.decoding import CallController, FreeController, Mode
@@ -286,6 +286,23 @@ def test_a_block_of_several_calls_compiles_to_its_grammar(bytelevel_vocab: Vocab
     direct = minimize(compile_dfa(tools_grammar(TOOLS, fmt, decide=KeyLanguage)))
     for a, b in ((built.trans, direct.trans), (built.classes, direct.classes), (built.accepting, direct.accepting)):
         assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_a_block_of_calls_may_end_the_text_unclosed(bytelevel_vocab: Vocabulary, choice: str) -> None:
+    """After a call in a block of several, EOS may come before the closing (Qwen2.5-Coder, made to call, ended
+    its turn right after the JSON, and with only a separator or the closing allowed it went on calling): the
+    block's calls are the answer's, for the guide and the reader alike."""
+    vocab = bytelevel_vocab
+    eos = min(vocab.eos_ids)
+    text = '<tool_call>\n{"name": "add", "arguments": {"a": 1}},\n{"name": "add", "arguments": {"a": 2}}'
+    policy = _policy(vocab, "hermes", choice)
+    events = policy.accept_tokens(_encode(vocab, text))
+    assert not events and policy.validate_tokens([eos]) == 1
+    [event] = policy.accept_tokens([eos])
+    assert _pairs(event.calls) == [("add", {"a": 1}), ("add", {"a": 2})] and policy.done
+    assert _pairs(read_calls(text, chat_syntax("hermes")).calls) == _pairs(event.calls)
+    assert _pairs(parse_calls(text)) == _pairs(event.calls)
 
 
 def test_a_block_reads_as_its_run_of_calls() -> None:

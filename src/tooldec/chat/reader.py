@@ -194,16 +194,37 @@ def _from_object(obj: Any) -> ParsedCall:
 
 
 def calls_in_json(text: str) -> list[ParsedCall]:
-    """The calls of one block's JSON: an object, or a non-empty list of them; raises CallParseError."""
+    """The calls of one block's JSON: an object, a non-empty list of them, or call objects one after another (a
+    comma or whitespace apart, as in one `<tool_call>` block); raises CallParseError."""
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise CallParseError(f"not JSON: {text[:80]!r}") from exc
+        value = _run_of_calls(text.strip())
+        if value is None:
+            raise CallParseError(f"not JSON: {text[:80]!r}") from exc
     if isinstance(value, list):
         if not value:
             raise CallParseError("an empty list of calls")
         return [_from_object(item) for item in value]
     return [_from_object(value)]
+
+
+def _run_of_calls(text: str) -> list[Any] | None:
+    """The objects of call objects written one after another (`_NEXT_CALL` apart) that make up all of `text`, or
+    None where `text` is not such a run."""
+    values, at = [], 0
+    while True:
+        try:
+            value, at = _JSON.raw_decode(text, at)
+        except ValueError:
+            return None
+        values.append(value)
+        if at == len(text):
+            return values if len(values) > 1 else None
+        more = _NEXT_CALL.match(text, at)
+        if more is None:
+            return None
+        at = more.end()
 
 
 def distinct_blocks(blocks: Sequence[CallBlock], names: Mapping[str, str] | None = None) -> list[CallBlock]:

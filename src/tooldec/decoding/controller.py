@@ -303,7 +303,12 @@ class CallController:
             self._history.append(_Snapshot(Mode.TOOL, self._tail, self._recent, guide, before, (), len(self.events),
                                            (self._unspelled, self._respelled)))
             self.tokens.append(token_id)
-            return self._finish_call() if guide.is_finished() else None
+            if not guide.is_finished():
+                return None
+            event = self._finish_call()
+            if token_id in self.vocab.eos_ids:  # the text ended with the call (a block of several left open)
+                self.mode = Mode.DONE
+            return event
         source = self.mask_source()
         if not _allows(source, token_id):
             tb = self.vocab.token_bytes

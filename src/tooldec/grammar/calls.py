@@ -228,22 +228,25 @@ class Wrapped:
 
     def block(self, any_call: Node, run: Node | None = None) -> Node:
         """IR of calls of `any_call` between one pair: one call, or with `several` one or more `between` apart
-        (`run`, when the caller has that language built; a bare call stands alone)."""
-        if self.several:
-            calls = run if run is not None else Repeat(any_call, 1, None, alt(*map(lit, self.between)))
-        else:
-            calls = any_call
-        return alt(*(seq(lit(p), calls if p else any_call, lit(s)) for p, s in self.pairs))
+        (`run`, when the caller has that language built; a bare call stands alone), and then the text may also
+        end after a call before the closing (Qwen2.5-Coder, made to call, ends its turn right after the JSON)."""
+        if not self.several:
+            return alt(*(seq(lit(p), any_call, lit(s)) for p, s in self.pairs))
+        calls = run if run is not None else Repeat(any_call, 1, None, alt(*map(lit, self.between)))
+        closed = [seq(lit(p), calls if p else any_call, lit(s)) for p, s in self.pairs]
+        return alt(*closed, *(seq(lit(p), calls) for p, _ in self.pairs if p))  # or the text ends in the block
 
     def parse(self, text: str) -> ParsedCall:
         """The call written in `text` (the first, where a pair holds several); raises CallParseError."""
         return self.parse_all(text)[0]
 
     def parse_all(self, text: str) -> list[ParsedCall]:
-        """Every call written in `text`: one, or with `several` those in one pair; raises CallParseError."""
+        """Every call written in `text`: one, or with `several` those in one pair (its closing written or not);
+        raises CallParseError."""
         for prefix, suffix in self.pairs:
-            if text.startswith(prefix) and text.endswith(suffix) and len(text) >= len(prefix) + len(suffix):
-                inside = text[len(prefix) : len(text) - len(suffix)]
+            closed = text.endswith(suffix) and len(text) >= len(prefix) + len(suffix)
+            if text.startswith(prefix) and (closed or (self.several and prefix)):
+                inside = text[len(prefix) : len(text) - len(suffix) if closed else len(text)]
                 parts = _calls_apart(inside, self.between) if self.several and prefix else [inside]
                 return [self.inner.parse(part) for part in parts]
         raise CallParseError(f"call not between {self.prefix!r} and {self.suffix!r}: {text!r}")
