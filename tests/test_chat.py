@@ -210,6 +210,8 @@ def test_guided_walks_parse_with_the_one_reader(bytelevel_vocab: Vocabulary, nam
                 try:
                     policy.accept_tokens(run)
                 except TokenRejectedError:
+                    if eos not in _allowed(policy, vocab):  # a required answer's opening: only a trigger
+                        continue
                     policy.accept_token(eos)
                     tokens.append(eos)
                     break
@@ -319,8 +321,23 @@ def test_a_block_reads_as_its_run_of_calls() -> None:
 def test_a_named_tool_choice_is_one_call_of_that_tool(bytelevel_vocab: Vocabulary) -> None:
     policy = build_policy(Compiler(bytelevel_vocab), TOOLS, {"type": "function", "function": {"name": "add"}},
                           syntax=chat_syntax("hermes"))
-    assert isinstance(policy, CallController) and policy.grammar.tools is not None
+    assert isinstance(policy, CallsOnly) and policy.grammar.tools is not None
     assert policy.grammar.tools.names == ("add",) and policy.max_calls == 1 and policy.after_call == "stop"
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "add"}}])
+def test_a_required_call_opens_in_any_shape_the_syntax_has(bytelevel_vocab: Vocabulary, choice: Any) -> None:
+    """A required answer is calls only, but the model picks the opening: a `<tool_call>` tag, a ```json fence or
+    a bare object (Qwen2.5-Coder writes its parallel calls in one fence); text and EOS may not come first."""
+    vocab = bytelevel_vocab
+    eos = min(vocab.eos_ids)
+    call = '{"name": "add", "arguments": {"a": 1, "b": true}}'
+    for opening, closing in (("<tool_call>\n", "\n</tool_call>"), ("```json\n", "\n```"), ("", "")):
+        policy = build_policy(Compiler(vocab), TOOLS, choice, syntax=chat_syntax("hermes"))
+        assert policy.forced() == [] and eos not in _allowed(policy, vocab)
+        assert policy.validate_tokens(vocab.encode("Sure")) == 0
+        events = policy.accept_tokens([*_encode(vocab, opening + call + closing), eos])
+        assert [c.name for e in events for c in e.calls] == ["add"] and policy.done, opening
 
 
 def test_the_answer_mode_bans_every_call_shape(bytelevel_vocab: Vocabulary) -> None:

@@ -3,10 +3,10 @@
 The agents, `tooldec serve`, the vLLM processor and the evaluation all come here:
 
 - `tool_choice` "auto": free text until one of the syntax's triggers (Hermes/Qwen: `<tool_call>`, a ```` ```json ````
-  block, a bare `{"name": "`), then a guided call; "required": the first trigger is forced; a named tool: only
-  that tool, one call; "none": the first trigger is banned (a ```` ```json ```` block stays content); "answer"
-  (tooldec's own, after tool results): every call shape is banned and the answer may not be empty, so the model
-  writes its answer in text.
+  block, a bare `{"name": "`), then a guided call; "required": calls only, the first opened by any of the
+  syntax's triggers as the model chooses (one trigger: it is forced); a named tool: only that tool, one call; "none": the first trigger is banned
+  (a ```` ```json ```` block stays content); "answer" (tooldec's own, after tool results): every call shape is
+  banned and the answer may not be empty, so the model writes its answer in text.
 - A call may name a tool by a unique word-aligned suffix of its name (`with_aliases`, over all the tools).
 - With `parallel` (the default, as in OpenAI's API) the next call may follow in every shape the syntax allows:
   Hermes returns to text, where any trigger opens the next call, and a `<tool_call>` block or a fence holds
@@ -119,6 +119,8 @@ class CallPlan:
     parallel: bool
     max_calls: int
     format: CallFormat
+    any_opening: bool = True
+    """Whether a required answer may open with any of the syntax's triggers (else the first is forced)."""
 
     @property
     def after_call(self) -> Literal["stop", "text"]:
@@ -145,25 +147,28 @@ class CallPlan:
             trigger = triggers[:1]
         elif self.mode == "answer":
             trigger = tuple(dict.fromkeys((*triggers, *ANSWER_BANS)))
+        choose = self.mode == "required" and self.any_opening and len(triggers) > 1  # the model picks the shape
+        mode = "none" if self.mode == "answer" else "auto" if choose else self.mode
         controller = CallController(
             grammar,
             trigger=trigger,
-            tool_choice="none" if self.mode == "answer" else self.mode,  # type: ignore[arg-type]
+            tool_choice=mode,  # type: ignore[arg-type]
             after_call=self.after_call,
             max_calls=self.max_calls if self.after_call == "text" else 1,
             stop=stop,
             text_first=self.mode == "answer",
         )
-        if self.mode == "required" and self.after_call == "text":
-            return CallsOnly(controller, gap_index(grammar.prepared, triggers))
+        if self.mode == "required" and (self.after_call == "text" or choose):
+            opening = gap_index(grammar.prepared, triggers, first=True) if choose else None
+            return CallsOnly(controller, gap_index(grammar.prepared, triggers), opening)
         return controller
 
 
 def plan_calls(tools: ToolSet, tool_choice: Any = "auto", *, syntax: ChatSyntax, parallel: bool = True,
-               max_calls: int | None = None, several_per_block: bool = True) -> CallPlan:
+               max_calls: int | None = None, hermes_reader: bool = False) -> CallPlan:
     """The plan of a request's calls (see the module's rules); raises ToolChoiceError for a bad tool_choice.
-    `several_per_block=False` keeps one call a block where another reader parses the output (vLLM's Hermes parser
-    reads one JSON object between tags)."""
+    `hermes_reader=True` where another reader parses the output, one JSON object between `<tool_call>` tags
+    (vLLM's Hermes parser): one call a block, and a required answer opens with the tag."""
     mode, named = resolve_tool_choice(tool_choice, tools)
     call_tools = ToolSet([tools[named]]) if named is not None else tools
     parallel = parallel and syntax.parallel and named is None
@@ -171,9 +176,10 @@ def plan_calls(tools: ToolSet, tool_choice: Any = "auto", *, syntax: ChatSyntax,
     fmt = get_format(syntax.format)
     if isinstance(fmt, ParallelCalls):
         fmt = replace(fmt, max_calls=limit)
-    elif isinstance(fmt, Wrapped) and parallel and several_per_block:
+    elif isinstance(fmt, Wrapped) and parallel and not hermes_reader:
         fmt = replace(fmt, several=True)
-    return CallPlan(tools, call_tools, syntax, mode, parallel, limit, with_aliases(fmt, tools))
+    return CallPlan(tools, call_tools, syntax, mode, parallel, limit, with_aliases(fmt, tools),
+                    any_opening=not hermes_reader)
 
 
 def build_policy(compiler: Compiler, tools: ToolSet, tool_choice: Any = "auto", *, syntax: ChatSyntax,
@@ -186,43 +192,55 @@ def build_policy(compiler: Compiler, tools: ToolSet, tool_choice: Any = "auto", 
 
 GAP_SPACE = 2
 """Whitespace characters (newlines, spaces) a required answer may write between its calls."""
-_GAPS: weakref.WeakKeyDictionary[PreparedVocab, dict[tuple[str | Respelled, ...], TokenIndex]] = weakref.WeakKeyDictionary()
+_GAPS: weakref.WeakKeyDictionary[PreparedVocab, dict[tuple[object, ...], TokenIndex]] = weakref.WeakKeyDictionary()
 
 
-def gap_index(prepared: PreparedVocab, triggers: tuple[str | Respelled, ...]) -> TokenIndex:
+def gap_index(prepared: PreparedVocab, triggers: tuple[str | Respelled, ...], *, first: bool = False) -> TokenIndex:
     """The token index of what may follow a required call: a little whitespace, then the next call's trigger (any
-    of them) or the end. Built once per vocabulary and triggers."""
+    of them) or the end; with `first`, of what opens a required answer: any trigger. A trigger that is a control
+    token of the vocabulary is left to the caller (`CallsOnly`: it has no text here, and spelled as text it would
+    open no call). Built once per vocabulary and triggers."""
     gaps = _GAPS.setdefault(prepared, {})
-    gap = gaps.get(triggers)
+    key = (triggers, first)
+    gap = gaps.get(key)
     if gap is None:
         from tooldec.automaton.compile import compile_dfa
         from tooldec.grammar.ir import Repeat, alt, lit, opt, seq
 
+        specials = prepared.vocab.special_ids
+        texts = [t.text if isinstance(t, Respelled) else t for t in triggers]
+        opening = alt(*(lit(t) for t in texts if t not in specials))
         space = Repeat(alt(lit("\n"), lit(" ")), 0, GAP_SPACE)
-        gap = gaps[triggers] = TokenIndex(compile_dfa(seq(space, opt(alt(*(lit(t.text if isinstance(t, Respelled) else t) for t in triggers))))), prepared)
+        gap = gaps[key] = TokenIndex(compile_dfa(opening if first else seq(space, opt(opening))), prepared)
     return gap
 
 
 class CallsOnly:
-    """The policy of an answer that must call (tool_choice required) with parallel calls: calls back to back,
-    then EOS.
+    """The policy of an answer that must call (tool_choice required) with parallel calls or a choice of openings:
+    calls back to back, then EOS.
 
-    Wraps a CallController that returns to text after each call. After a call only a little whitespace, the next
-    call's trigger or EOS may follow, as in vLLM's structural tag for required Hermes calls: text there would be
-    lost anyway (a Hermes parser keeps the content before the first call), and free text let SmolLM2 ramble
-    after its call until max_tokens."""
+    Wraps a CallController that returns to text after each call. With an `opening` index the answer opens with
+    any of the syntax's triggers, as the model chooses (the controller is in "auto" mode and the opening's mask
+    keeps it to triggers): forcing the first would take the model's shape away (Qwen2.5-Coder, made to open a
+    `<tool_call>` tag, ends after one call where it writes its parallel calls in one ```` ```json ```` fence).
+    After a call only a little whitespace, the next call's trigger or EOS may follow, as in vLLM's structural tag
+    for required Hermes calls: text there would be lost anyway (a Hermes parser keeps the content before the
+    first call), and free text let SmolLM2 ramble after its call until max_tokens."""
 
-    def __init__(self, controller: CallController, gap: TokenIndex) -> None:
-        """`gap` is the token index of what may stand between calls (`gap_index`)."""
+    def __init__(self, controller: CallController, gap: TokenIndex, opening: TokenIndex | None = None) -> None:
+        """`gap` is the token index of what may stand between calls, `opening` of what opens the answer, if the
+        controller does not force its first trigger (`gap_index`)."""
         self.controller = controller
         self._gap = gap
-        self._state: int | None = None  # the gap's state while between or after calls, else None
-        self._history: list[int | None] = []
+        self._opening = opening
+        self._at: tuple[TokenIndex, int] | None = None  # (gap or opening, its state) while outside calls, else None
+        self._history: list[tuple[TokenIndex, int] | None] = []
         trigger = controller.trigger
         members = trigger.members if isinstance(trigger, Triggers) else [trigger] if trigger is not None else []
         self._specials = [t.token_id for t in members if t.token_id is not None]
         """Triggers that are control tokens (Qwen's `<tool_call>`): no bytes the gap could spell, allowed where
-        the gap may end."""
+        the gap may end and where the answer opens."""
+        self.reset()
 
     def __getattr__(self, name: str) -> Any:
         """The controller's attributes (tokens, events, mode, trigger, grammar, ...)."""
@@ -234,21 +252,24 @@ class CallsOnly:
         return self.controller.done
 
     def mask_source(self) -> MaskSource:
-        """The gap's state between calls, else the controller's mask."""
-        state = self._state
-        if state is not None and not self.controller.done:
-            if not self._specials or not self._may_end(state):
-                return (self._gap.core, state)
-            return self.controller.prepared.mask(("calls-gap", id(self._gap), state), lambda: self._with_specials(state))
+        """The gap's (or the opening's) state outside calls, else the controller's mask."""
+        at = self._at
+        if at is not None and not self.controller.done:
+            index, state = at
+            if not self._specials or not self._special_here(at):
+                return (index.core, state)
+            return self.controller.prepared.mask(("calls-gap", id(index), state), lambda: self._with_specials(at))
         return self.controller.mask_source()
 
-    def _may_end(self, state: int) -> bool:
-        """Whether the gap may end at `state` (only whitespace written since the call): EOS or a next call."""
-        return self._gap.is_accepting(state)
+    def _special_here(self, at: tuple[TokenIndex, int]) -> bool:
+        """Whether a control-token trigger may come at `at`: where the answer opens, or where the gap may end
+        (only whitespace written since the call)."""
+        index, state = at
+        return state == index.start if index is self._opening else index.is_accepting(state)
 
-    def _with_specials(self, state: int) -> np.ndarray:
-        """The gap's packed mask at `state` with the control-token triggers added."""
-        out = self._gap.bitmask(state)
+    def _with_specials(self, at: tuple[TokenIndex, int]) -> np.ndarray:
+        """The index's packed mask at `at` with the control-token triggers added."""
+        out = at[0].bitmask(at[1])
         for token in self._specials:
             out[token >> 5] |= np.uint32(1 << (token & 31)).view(np.int32)
         return out
@@ -259,26 +280,27 @@ class CallsOnly:
 
     def forced(self) -> list[int]:
         """The controller's forced tokens inside a call; none between calls."""
-        return [] if self._state is not None else self.controller.forced()
+        return [] if self._at is not None else self.controller.forced()
 
     def accept_token(self, token_id: int) -> Any:
-        """Take a token (TokenRejectedError if the gap or the controller refuses it)."""
-        state = self._state
-        if state is not None and not self.controller.done:
-            nxt = self._gap.next_state(state, token_id)
-            if token_id in self._specials and self._may_end(state):
+        """Take a token (TokenRejectedError if the gap, the opening or the controller refuses it)."""
+        at = self._at
+        if at is not None and not self.controller.done:
+            index, state = at
+            nxt = index.next_state(state, token_id)
+            if token_id in self._specials and self._special_here(at):
                 nxt = state  # the controller opens the next call
             if nxt == DEAD:
                 tb = self.controller.vocab.token_bytes
                 raise TokenRejectedError(token_id, state, tb[token_id] if 0 <= token_id < len(tb) else None)
-            state = nxt
+            at = (index, nxt)
         event = self.controller.accept_token(token_id)
-        self._history.append(self._state)
+        self._history.append(self._at)
         if event is not None and self.controller.mode is Mode.TEXT:
-            state = self._gap.start  # a call just ended: the gap begins
+            at = (self._gap, self._gap.start)  # a call just ended: the gap begins
         elif self.controller.mode is not Mode.TEXT:
-            state = None  # in the next call (or done)
-        self._state = state
+            at = None  # in the next call (or done)
+        self._at = at
         return event
 
     def accept_tokens(self, tokens: Sequence[int]) -> list[Any]:
@@ -301,7 +323,7 @@ class CallsOnly:
         """Undo the last `n` accepted tokens."""
         self.controller.rollback(n)
         for _ in range(n):
-            self._state = self._history.pop()
+            self._at = self._history.pop()
 
     def stop(self) -> None:
         """End the sequence now."""
@@ -318,5 +340,6 @@ class CallsOnly:
     def reset(self) -> None:
         """Back to the start of the sequence."""
         self.controller.reset()
-        self._state = None
+        opening = self._opening
+        self._at = (opening, opening.start) if opening is not None else None
         self._history = []

@@ -347,14 +347,15 @@ class PolicyFactory:
     def policy(self, request: ToolRequest | GrammarRequest | OutputRequest) -> CallController | CallsOnly | FreeController:
         """A fresh policy for one request: the whole answer guided by its grammar, or guided calls of its tools in
         its syntax and tool_choice mode (`tooldec.chat.plan_calls`: a required call with parallel calls gets a
-        CallsOnly, calls back to back, then EOS; one call a block, which vLLM's Hermes parser reads)."""
+        CallsOnly, calls back to back, then EOS; one call a `<tool_call>` block, which vLLM's Hermes parser reads,
+        and a required answer opens with the tag)."""
         if isinstance(request, GrammarRequest):
             return CallController(self.compiler.compile_grammar(request.text, request.syntax))
         if isinstance(request, OutputRequest):
             return CallController(request.output.compile(self.compiler))
         choice = {"function": {"name": request.named}} if request.named is not None else request.mode
         plan = plan_calls(request.tools, choice, syntax=request_syntax(request, self.syntax, self.layout),
-                          parallel=request.parallel, max_calls=request.max_calls, several_per_block=False)
+                          parallel=request.parallel, max_calls=request.max_calls, hermes_reader=True)
         return plan.policy(plan.compile(self.compiler))
 
 
