@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tooldec.chat.syntax import FENCE_OPEN, ChatSyntax
-from tooldec.grammar.calls import CallParseError, ParsedCall, get_format
+from tooldec.grammar.calls import CallParseError, ParsedCall, get_format, new_calls
 
 TAGS = ("<tool_call>", "</tool_call>")
 FENCE = (FENCE_OPEN, "```")
@@ -93,19 +93,10 @@ def call_blocks(text: str, shapes: Sequence[Shape] = SHAPES) -> list[CallBlock]:
         body = start if shape.bare else opened
         while body < len(text) and text[body].isspace():
             body += 1
-        try:
-            end: int | None = _JSON.raw_decode(text, body)[1] if text.startswith(("{", "["), body) else None
-        except ValueError:  # not (yet) a whole JSON value
-            end = None
-        if end is not None:
-            values = [text[body:end]]
-            while shape.closing and (more := _NEXT_CALL.match(text, end)) is not None:  # several in one block
-                try:
-                    stop = _JSON.raw_decode(text, more.end())[1]
-                except ValueError:  # cut off or malformed: read as a block of its own
-                    break
-                values.append(text[more.end() : stop])
-                end = stop
+        spans = _run_from(text, body, several=bool(shape.closing)) if text.startswith(("{", "["), body) else []
+        if spans:  # whole JSON values: one, or in a block several (one cut off or malformed is a block of its own)
+            values = [text[a:b] for a, b in spans]
+            end = spans[-1][1]
             after = len(text) - len(text[end:].lstrip())
             closed = bool(shape.closing) and text.startswith(shape.closing, after)
             pos = after + len(shape.closing) if closed else end
@@ -209,22 +200,29 @@ def calls_in_json(text: str) -> list[ParsedCall]:
     return [_from_object(value)]
 
 
-def _run_of_calls(text: str) -> list[Any] | None:
-    """The objects of call objects written one after another (`_NEXT_CALL` apart) that make up all of `text`, or
-    None where `text` is not such a run."""
-    values, at = [], 0
+def _run_from(text: str, at: int, *, several: bool = True) -> list[tuple[int, int]]:
+    """Where the whole JSON values from `text[at]` on start and end: the first, then (with `several`) each call
+    object `_NEXT_CALL` after the one before, up to one cut off or malformed (none: the first is not whole)."""
+    spans: list[tuple[int, int]] = []
     while True:
         try:
-            value, at = _JSON.raw_decode(text, at)
+            end = _JSON.raw_decode(text, at)[1]
         except ValueError:
-            return None
-        values.append(value)
-        if at == len(text):
-            return values if len(values) > 1 else None
-        more = _NEXT_CALL.match(text, at)
+            return spans
+        spans.append((at, end))
+        more = _NEXT_CALL.match(text, end) if several else None
         if more is None:
-            return None
+            return spans
         at = more.end()
+
+
+def _run_of_calls(text: str) -> list[Any] | None:
+    """The objects of two or more call objects written one after another (`_NEXT_CALL` apart) that make up all of
+    `text`, or None where `text` is not such a run."""
+    spans = _run_from(text, 0)
+    if len(spans) < 2 or spans[-1][1] != len(text):
+        return None
+    return [json.loads(text[a:b]) for a, b in spans]
 
 
 def distinct_blocks(blocks: Sequence[CallBlock], names: Mapping[str, str] | None = None) -> list[CallBlock]:
@@ -245,7 +243,7 @@ def distinct_blocks(blocks: Sequence[CallBlock], names: Mapping[str, str] | None
         except CallParseError:
             kept.append(block)
             continue
-        if not all(call in made for call in calls):
+        if new_calls(calls, made):
             made += calls
             kept.append(block)
     return kept
@@ -323,9 +321,7 @@ def read_calls(text: str, syntax: ChatSyntax | None = None, *, names: Mapping[st
         except CallParseError as exc:
             reading.errors.append(str(exc))
             continue
-        for call in calls:  # a call made before is left out (a block of several may repeat one)
-            if call not in reading.calls:
-                reading.calls.append(call)
+        reading.calls += new_calls(calls, reading.calls)  # a block of several may repeat a call
     return reading
 
 

@@ -23,7 +23,7 @@ from tooldec.cfg_guide import CfgGuide, CompiledCfg
 from tooldec.compiler import CompiledGrammar
 from tooldec.decoding.trigger import Trigger, Triggers, TriggerSpec, make_trigger
 from tooldec.errors import TokenRejectedError
-from tooldec.grammar.calls import CallParseError, ParsedCall
+from tooldec.grammar.calls import CallParseError, ParsedCall, new_calls
 from tooldec.guide import Guide
 from tooldec.index import PreparedVocab, pack_ids
 
@@ -415,11 +415,7 @@ class CallController:
         except (CallParseError, ValueError) as exc:
             event = CallEvent(text, [], str(exc))
         turn = self.events[self._turns[-1][1] if self._turns else 0 :]
-        made = [call for e in turn for call in e.calls]
-        new: list[ParsedCall] = []
-        for call in event.calls:  # a call the turn made before is left out (a block may hold several)
-            if call not in made and call not in new:
-                new.append(call)
+        new = new_calls(event.calls, [call for e in turn for call in e.calls])  # a block may hold several
         if event.calls and not new:
             event = CallEvent(text, repeat=True)
         elif len(new) < len(event.calls):

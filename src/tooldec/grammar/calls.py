@@ -47,6 +47,16 @@ class ParsedCall:
         return {**dict(zip(names, self.positional, strict=False)), **self.arguments}
 
 
+def new_calls(calls: Sequence[ParsedCall], made: Sequence[ParsedCall]) -> list[ParsedCall]:
+    """The calls of `calls` that are not in `made` nor earlier in `calls`, in order: what a block adds to a turn
+    (the one rule for repeats, which the guided policy and the reader of calls share)."""
+    new: list[ParsedCall] = []
+    for call in calls:
+        if call not in made and call not in new:
+            new.append(call)
+    return new
+
+
 TOOL_ANY_VALUE_BUDGET = 20_000
 """Any-value states per tool (SchemaCompiler has 80,000 for one value): a tool set is the union of its tools'
 automata, and RestBench's 54 TMDB tools at 80,000 each passed the 500,000-state bound of the union."""

@@ -228,7 +228,8 @@ class OutputBuilder:
                 if s and s in text:
                     text = text[: text.index(s)]
             # trimmed, but an answer of whitespace only is what the model wrote: not lost at the end
-            text = text.strip() if text.strip() or not final or self.calls else text
+            trimmed = text.strip()
+            text = trimmed if trimmed or not final or self.calls else text
         if len(text) > len(self.content) and text.startswith(self.content):
             self._deltas.append({"content": text[len(self.content) :]})
             self.content = text
