@@ -4,9 +4,10 @@ The agents, `tooldec serve`, the vLLM processor and the evaluation all come here
 
 - `tool_choice` "auto": free text until one of the syntax's triggers (Hermes/Qwen: `<tool_call>`, a ```` ```json ````
   block, a bare `{"name": "`), then a guided call; "required": calls only, the first opened by any of the
-  syntax's triggers as the model chooses (one trigger: it is forced); a named tool: only that tool, one call; "none": the first trigger is banned
-  (a ```` ```json ```` block stays content); "answer" (tooldec's own, after tool results): every call shape is
-  banned and the answer may not be empty, so the model writes its answer in text.
+  syntax's triggers as the model chooses (one trigger: it is forced); a named tool: only that tool, one call;
+  "none": the first trigger is banned (a ```` ```json ```` block stays content); "answer" (tooldec's own, after
+  tool results): every call shape is banned and the answer may not be empty, so the model writes its answer in
+  text.
 - A call may name a tool by a unique word-aligned suffix of its name (`with_aliases`, over all the tools).
 - With `parallel` (the default, as in OpenAI's API) the next call may follow in every shape the syntax allows:
   Hermes returns to text, where any trigger opens the next call, and a `<tool_call>` block or a fence holds
