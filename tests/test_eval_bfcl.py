@@ -425,3 +425,22 @@ def test_real_entries(category: str, entry_id: str, calls: list[tuple[str, dict]
     item = _entry(category, entry_id)
     result = check_entry(category, item.functions, calls, item.possible_answer)
     assert result.error_type == error, result
+
+
+@pytest.mark.parametrize("decoding", ["tooldec", "free", "fuzzy"])
+def test_a_repeated_call_is_read_once_as_the_one_reader_reads_it(decoding: str) -> None:
+    """BFCL scores the calls a text makes by the one rule for repeats (`new_calls`): a call written again, in
+    another block or in the same one, is left out in every mode, so a model that loops is not scored on how often
+    it looped; a call with other arguments stays."""
+    from tooldec.chat.reader import read_calls
+    from tooldec.eval.runners.bfcl import bfcl_calls
+    from tooldec.specs import from_openai_tools
+
+    specs = from_openai_tools([{"name": "area", "description": "Area of a circle.", "parameters": {
+        "type": "object", "properties": {"radius": {"type": "integer"}}, "required": ["radius"]}}])
+    one, other = '{"name": "area", "arguments": {"radius": 5}}', '{"name": "area", "arguments": {"radius": 7}}'
+    text = f"<tool_call>\n{one},\n{one}\n</tool_call>\n<tool_call>\n{other}\n</tool_call>\n<tool_call>\n{one}\n</tool_call>"
+    kind, _calls, made = bfcl_calls(specs, text, "stop", decoding)
+    assert kind is None
+    assert made == [ParsedCall("area", {"radius": 5}), ParsedCall("area", {"radius": 7})]
+    assert made == read_calls(text).calls

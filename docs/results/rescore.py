@@ -3,8 +3,8 @@
 A BFCL record keeps the text the model wrote; its verdicts (`syntax_error`, `calls`) come from the checker of the
 code that ran it. When the checker changes (bad935a: closed objects declare their required keys), this brings
 finished and partial runs to the current one: each record's text goes through `tooldec.eval.runners.bfcl_calls`,
-the reading the runner scores with. Accuracy does not depend on these verdicts and is left as it is. Prints one
-line per run that changed.
+the reading the runner scores with, and its calls are judged again (`bfcl_verdict`: since 2026-11-29 a call the
+text repeats is left out, as the one reader leaves it out). Prints one line per run that changed.
 
 A RestBench record keeps each action's text, not the whole text. Before stop 28 an action cut off by the token
 limit was stored with a newline added, which closed a name the model never finished (`Action: ` read as an empty
@@ -24,7 +24,7 @@ from pathlib import Path
 from tooldec.eval import data as datasets
 from tooldec.eval import report
 from tooldec.eval.restbench_sim import RestSimulator
-from tooldec.eval.runners.bfcl import bfcl_calls
+from tooldec.eval.runners.bfcl import bfcl_calls, bfcl_verdict
 from tooldec.eval.runners.restbench import react_checker
 from tooldec.eval.runners.scoring import Attempt, classify
 from tooldec.specs import from_openai_tools
@@ -69,15 +69,20 @@ def _rescore_cut_actions(records: list[dict], config: dict, root: str) -> int:
 
 
 def _rescore_bfcl(records: list[dict], config: dict, root: str) -> int:
-    """Read each BFCL record's text again with `bfcl_calls`."""
-    items = {item.id: item for item in datasets.load_bfcl(config["benchmark"], root).items}
+    """Read each BFCL record's text again with `bfcl_calls` and judge its calls again."""
+    data = datasets.load_bfcl(config["benchmark"], root)
+    items = {item.id: item for item in data.items}
     changed = 0
     for record in records:
-        specs = from_openai_tools(items[record["id"]].functions)
-        kind, calls, _ = bfcl_calls(specs, record["text"], record["finish_reason"], config["decoding"])
-        if (kind, calls) != (record["syntax_error"], record["calls"]):
+        item = items[record["id"]]
+        kind, calls, made = bfcl_calls(from_openai_tools(item.functions), record["text"], record["finish_reason"],
+                                       config["decoding"])
+        correct, why = bfcl_verdict(data.category, item, made)
+        scored = {"syntax_error": kind, "calls": calls, "prediction": [{c.name: c.arguments} for c in made],
+                  "correct": correct, "error_type": why}
+        if any(record.get(k) != v for k, v in scored.items()):
             changed += 1
-            record["syntax_error"], record["calls"] = kind, calls
+            record.update(scored)
     return changed
 
 

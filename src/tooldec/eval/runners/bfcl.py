@@ -28,7 +28,7 @@ from tooldec.eval.runners.common import (
     spelled_text,
 )
 from tooldec.eval.runners.scoring import call_format, chat_attempts, verdicts
-from tooldec.grammar.calls import Aliased, CallParseError, ParsedCall
+from tooldec.grammar.calls import Aliased, CallParseError, ParsedCall, new_calls
 from tooldec.specs import ToolSet, ToolSpec, from_openai_tools
 
 BFCL_FORMATS = ("hermes", "hermes-lines")
@@ -66,10 +66,12 @@ def _bfcl_tools(specs: Sequence[ToolSpec], short: Mapping[str, str] | None) -> t
 def bfcl_calls(
     specs: Sequence[ToolSpec], text: str, finish_reason: str, decoding: str
 ) -> tuple[str | None, list[dict[str, Any]], list[ParsedCall]]:
-    """A BFCL generation's syntax verdicts (the item's, then one per call) and the calls it made, read as scored.
+    """A BFCL generation's syntax verdicts (the item's, then one per call) and the calls it made, read as scored:
+    a call the text made before is left out (`new_calls`, the one rule for repeats that the guide, the reader and
+    `tooldec serve` follow), in every decoding mode.
 
     The one reading of a recorded BFCL text: the runner scores generations with it and docs/results/rescore.py
-    brings stored verdicts to the current checker with it.
+    brings stored records to the current reading with it.
     """
     fuzzy = decoding == "fuzzy"
     fmt = call_format("hermes", specs, decoding)
@@ -81,15 +83,24 @@ def bfcl_calls(
     checker = SyntaxChecker(specs, fmt)
     attempts = chat_attempts(text, finish_reason == "length")
     kind, calls = verdicts(checker, attempts, fuzzy=fuzzy, parse=lambda t: read(t)[0])
-    made = []
+    made: list[ParsedCall] = []
     for attempt in attempts:
         if not attempt.complete:
             continue
         try:
-            made += [fuzzy_call(c, specs) if fuzzy else c for c in read(attempt.text)]
+            made += new_calls([fuzzy_call(c, specs) if fuzzy else c for c in read(attempt.text)], made)
         except CallParseError:
             continue
     return kind, calls, made
+
+
+def bfcl_verdict(category: str, item: datasets.BfclItem, made: Sequence[ParsedCall]) -> tuple[bool, str | None]:
+    """Whether the calls `made` answer a BFCL entry (BFCL's AST matching), and why not."""
+    try:
+        verdict = check_entry(category, item.functions, list(made), item.possible_answer)
+    except (ValueError, TypeError) as exc:
+        return False, f"unmatchable: {exc}"
+    return verdict.valid, verdict.error_type
 
 
 def prepare_bfcl(
@@ -141,11 +152,7 @@ def prepare_bfcl(
         full_text, _ = _bfcl_tools(specs, None)
         text = spelled_text(lm.vocab, gen.tokens) if gen.tokens else gen.text  # a replayed record has no tokens
         kind, calls, made = bfcl_calls(specs, text, gen.finish_reason, decoding)
-        try:
-            verdict = check_entry(data.category, item.functions, made, item.possible_answer)
-            correct, why = verdict.valid, verdict.error_type
-        except (ValueError, TypeError) as exc:
-            correct, why = False, f"unmatchable: {exc}"
+        correct, why = bfcl_verdict(data.category, item, made)
         return item_record(
             item.id,
             decoding,
