@@ -336,6 +336,8 @@ def test_a_required_call_opens_in_any_shape_the_syntax_has(bytelevel_vocab: Voca
         policy = build_policy(Compiler(vocab), TOOLS, choice, syntax=chat_syntax("hermes"))
         assert policy.forced() == [] and eos not in _allowed(policy, vocab)
         assert policy.validate_tokens(vocab.encode("Sure")) == 0
+        spelled = vocab.encode("<tool_call>")  # the control token's name as text opens no call: not allowed
+        assert policy.validate_tokens(spelled) < len(spelled)
         events = policy.accept_tokens([*_encode(vocab, opening + call + closing), eos])
         assert [c.name for e in events for c in e.calls] == ["add"] and policy.done, opening
 
