@@ -135,8 +135,9 @@ def test_a_call_that_repeats_one_of_the_turn_ends_it(bytelevel_vocab: Vocabulary
                                                      calls: list[tuple[str, dict[str, Any]]], again: int,
                                                      shapes: list[int]) -> None:
     """A call the turn made before, written again as a call of its own, ends the sequence as a `repeat` with no
-    calls; the one reader leaves it out too, so guide and reader still read the same calls. SmolLM2 wrote one
-    required BFCL call until max_tokens."""
+    calls (where a block may hold several, right after the call object, before the block's closing); the one
+    reader leaves it out too, so guide and reader still read the same calls. SmolLM2 wrote one required BFCL call
+    until max_tokens."""
     policy = _policy(bytelevel_vocab, name, choice)
     repeated = calls[again % len(calls)]
     shapes = [s & ~1 for s in shapes]  # objects in turn, not a Llama list
@@ -145,10 +146,44 @@ def test_a_call_that_repeats_one_of_the_turn_ends_it(bytelevel_vocab: Vocabulary
     text = _written(name, [*calls, repeated], shapes)
     if choice == "required":
         text = text.removeprefix("Let me see.\n")
-    events = policy.accept_tokens(_encode(bytelevel_vocab, text))
+    tokens = _encode(bytelevel_vocab, text)
+    events = []
+    taken = 0
+    while taken < len(tokens) and not policy.done:
+        event = policy.accept_token(tokens[taken])
+        events += [event] if event is not None else []
+        taken += 1
+    assert text[len(_spelled(bytelevel_vocab, tokens[:taken])):].strip() in ("", "</tool_call>", "```"), text
     assert policy.done and events[-1].repeat and not events[-1].calls, text
     assert _pairs([c for e in events for c in e.calls]) == calls
     assert _pairs(read_calls(text, _syntax(name)).calls) == calls
+
+
+@pytest.mark.parametrize("choice", ["auto", "required"])
+@settings(max_examples=30)
+@given(calls=calls_st, again=st.integers(0, 2), sep=st.sampled_from([",\n", "\n", ", "]),
+       fence=st.booleans(), split=st.booleans())
+def test_a_call_object_that_repeats_one_ends_the_block_there(bytelevel_vocab: Vocabulary, choice: str,
+                                                             calls: list[tuple[str, dict[str, Any]]], again: int,
+                                                             sep: str, fence: bool, split: bool) -> None:
+    """In a block of several calls, the call object that repeats one of the block's or of an earlier block's ends
+    the sequence right after it (only EOS may follow), the block left open; guide and reader read the distinct
+    calls. Qwen2.5-Coder wrote one call over and over in a fence until max_tokens (BFCL parallel_multiple_63)."""
+    vocab = bytelevel_vocab
+    policy = _policy(vocab, "hermes", choice)
+    opening, closing = ("```json\n", "\n```") if fence else ("<tool_call>\n", "\n</tool_call>")
+    objects = [json.dumps({"name": t, "arguments": a}) for t, a in [*calls, calls[again % len(calls)]]]
+    if split and len(calls) > 1:  # the first call in a block of its own, the rest and the repeat in the next
+        text = f"{opening}{objects[0]}{closing}\n{opening}{sep.join(objects[1:])}"
+    else:
+        text = opening + sep.join(objects)
+    tokens = _encode(vocab, text)
+    events = policy.accept_tokens(tokens)
+    assert policy.done and _allowed(policy, vocab).tolist() == sorted(vocab.eos_ids), text
+    assert _pairs([c for e in events for c in e.calls]) == calls
+    assert _pairs(read_calls(text, _syntax("hermes")).calls) == calls
+    policy.rollback(1)  # the last token undone: the block is open again
+    assert not policy.done and policy.mode is Mode.TOOL
 
 
 @settings(max_examples=60)

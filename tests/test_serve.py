@@ -621,24 +621,27 @@ def test_streamed_arguments_keep_the_layout_the_model_wrote(lm: LoadedModel, wea
 
 
 def test_a_block_of_calls_drops_repeats_and_keeps_its_whole_calls_when_cut(lm: LoadedModel) -> None:
-    """In a block of several calls a call that repeats one before it is left out as it is written (never
-    announced), and where the token limit cuts the block the calls it holds whole stay complete calls; the one
-    cut after its name is `cut_call`."""
+    """In a block of several calls a call that repeats one before it is never announced and ends the answer (the
+    policy allows only EOS after it), and where the token limit cuts the block the calls it holds whole stay
+    complete calls; the one cut after its name is `cut_call`."""
     from tooldec.chat import build_policy, chat_syntax
     from tooldec.compiler import Compiler
     from tooldec.specs import ToolSet, from_openai_tools
 
-    policy = build_policy(Compiler(lm.vocab), ToolSet(from_openai_tools(TOOLS)), "auto", syntax=chat_syntax("hermes"))
-    out = OutputBuilder(lm.vocab, policy, kind="tools")
     ping, cut = '{"name": "ping", "arguments": {}}', '{"name": "add", "arguments": {"a": 1'
-    for token in lm.vocab.encode(f"Sure. <tool_call>\n{ping},\n{WEATHER_CALL},\n{ping},\n{cut}"):
-        out.on_token(token, policy.accept_token(token))
-    out.finish()
-    announced = [d["tool_calls"][0]["function"]["name"] for d in out.drain() if "id" in d.get("tool_calls", [{}])[0]]
-    assert announced == ["ping", "get_weather", "add"]
-    assert [(c.name, c.arguments) for c in out.complete_calls] == [
-        ("ping", "{}"), ("get_weather", '{"city": "Paris", "days": 3}')]
-    assert out.content == "Sure." and out.cut_call == cut and out.mismatches == []
+    for last, ends in ((ping, True), (cut, False)):
+        policy = build_policy(Compiler(lm.vocab), ToolSet(from_openai_tools(TOOLS)), "auto",
+                              syntax=chat_syntax("hermes"))
+        out = OutputBuilder(lm.vocab, policy, kind="tools")
+        for token in lm.vocab.encode(f"Sure. <tool_call>\n{ping},\n{WEATHER_CALL},\n{last}"):
+            out.on_token(token, policy.accept_token(token))
+        assert policy.done is ends
+        out.finish()
+        announced = [d["tool_calls"][0]["function"]["name"] for d in out.drain() if "id" in d.get("tool_calls", [{}])[0]]
+        assert announced == ["ping", "get_weather"] + ([] if ends else ["add"])
+        assert [(c.name, c.arguments) for c in out.complete_calls] == [
+            ("ping", "{}"), ("get_weather", '{"city": "Paris", "days": 3}')]
+        assert out.content == "Sure." and out.cut_call == ("" if ends else cut) and out.mismatches == []
 
 
 class Script:

@@ -23,7 +23,7 @@ from tooldec.cfg_guide import CfgGuide, CompiledCfg
 from tooldec.compiler import CompiledGrammar
 from tooldec.decoding.trigger import Trigger, Triggers, TriggerSpec, make_trigger
 from tooldec.errors import TokenRejectedError
-from tooldec.grammar.calls import CallParseError, ParsedCall, new_calls
+from tooldec.grammar.calls import CallParseError, ParsedCall, new_calls, several_in_block
 from tooldec.guide import Guide
 from tooldec.index import PreparedVocab, pack_ids
 
@@ -145,7 +145,9 @@ class CallController:
       empty).
     - A call that only repeats calls made before in the same turn (since the start or the last `inject`) ends the
       sequence and is reported as a `repeat`, with no calls: a model that writes the same call again is looping
-      (SmolLM2 wrote one BFCL call until max_tokens when a call was required), and the repeat adds nothing.
+      (SmolLM2 wrote one BFCL call until max_tokens when a call was required), and the repeat adds nothing. In a
+      block that holds several calls, the first call object that repeats one ends the sequence there, the block
+      left open (Qwen2.5-Coder wrote one call over and over in a fence until max_tokens).
     - `end_in_text=False`: EOS is not allowed in text mode, so the text leads to a call (ReAct's format: a
       Thought line, then an Action, until the `Finish` action ends the sequence).
 
@@ -181,6 +183,9 @@ class CallController:
         self._stops = [t.encode() for t in stop if t]
         self.end_in_text = end_in_text
         self.text_first = text_first
+        fmt = getattr(grammar, "format", None)
+        self._several = fmt is not None and not isinstance(fmt, str) and several_in_block(fmt) is not None
+        """Whether one block may hold several calls: each call object's end is then checked for a repeat."""
         self.reset()
 
     def reset(self) -> None:
@@ -304,7 +309,11 @@ class CallController:
                                            (self._unspelled, self._respelled)))
             self.tokens.append(token_id)
             if not guide.is_finished():
-                return None
+                if not (self._several and b"}" in (self.vocab.token_bytes[token_id] or b"") and self._block_repeats()):
+                    return None
+                event = self._finish_call(in_block=True)  # a call object in the block repeats one: the end
+                self.mode = Mode.DONE
+                return event
             event = self._finish_call()
             if token_id in self.vocab.eos_ids:  # the text ended with the call (a block of several left open)
                 self.mode = Mode.DONE
@@ -401,8 +410,20 @@ class CallController:
         self._tail = b""
         self._recent = b""
 
-    def _finish_call(self) -> CallEvent:
-        """Parse the finished call and move on to text mode or stop."""
+    def _block_repeats(self) -> bool:
+        """Whether the block being written ends with a whole call object (but for the start of a separator: a
+        token may hold both, Qwen's `}}\n`) that repeats a call of the turn or of the block."""
+        assert self._guide is not None
+        try:
+            calls = self.grammar.format.parse_all(self._guide.text().rstrip(" \n,"))  # type: ignore[union-attr]
+        except (CallParseError, ValueError):
+            return False
+        turn = self.events[self._turns[-1][1] if self._turns else 0 :]
+        return calls[-1] in calls[:-1] or any(calls[-1] in e.calls for e in turn)
+
+    def _finish_call(self, *, in_block: bool = False) -> CallEvent:
+        """Parse the finished call and move on to text mode or stop; `in_block`: the text ends inside a block of
+        several, after a call object (and maybe the start of a separator)."""
         assert self._guide is not None
         text = self._unspelled + self._guide.text()
         if self._respelled is not None:
@@ -410,7 +431,8 @@ class CallController:
         fmt = self.grammar.format
         try:
             parse_all = getattr(fmt, "parse_all", None)
-            calls = parse_all(self._guide.text()) if parse_all else [self._guide.result()]
+            written = self._guide.text().rstrip(" \n,") if in_block else self._guide.text()
+            calls = parse_all(written) if parse_all else [self._guide.result()]
             event = CallEvent(text, calls)
         except (CallParseError, ValueError) as exc:
             event = CallEvent(text, [], str(exc))
