@@ -418,8 +418,11 @@ class CallController:
             calls = self.grammar.format.parse_all(self._guide.text().rstrip(" \n,"))  # type: ignore[union-attr]
         except (CallParseError, ValueError):
             return False
-        turn = self.events[self._turns[-1][1] if self._turns else 0 :]
-        return calls[-1] in calls[:-1] or any(calls[-1] in e.calls for e in turn)
+        return calls[-1] in calls[:-1] or calls[-1] in self._turn_calls()
+
+    def _turn_calls(self) -> list[ParsedCall]:
+        """The calls the turn made so far (since the start or the last `inject`)."""
+        return [call for e in self.events[self._turns[-1][1] if self._turns else 0 :] for call in e.calls]
 
     def _finish_call(self, *, in_block: bool = False) -> CallEvent:
         """Parse the finished call and move on to text mode or stop; `in_block`: the text ends inside a block of
@@ -436,8 +439,7 @@ class CallController:
             event = CallEvent(text, calls)
         except (CallParseError, ValueError) as exc:
             event = CallEvent(text, [], str(exc))
-        turn = self.events[self._turns[-1][1] if self._turns else 0 :]
-        new = new_calls(event.calls, [call for e in turn for call in e.calls])  # a block may hold several
+        new = new_calls(event.calls, self._turn_calls())  # a block may hold several
         if event.calls and not new:
             event = CallEvent(text, repeat=True)
         elif len(new) < len(event.calls):
