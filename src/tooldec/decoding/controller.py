@@ -309,9 +309,10 @@ class CallController:
                                            (self._unspelled, self._respelled)))
             self.tokens.append(token_id)
             if not guide.is_finished():
-                if not (self._several and b"}" in (self.vocab.token_bytes[token_id] or b"") and self._block_repeats()):
+                block = self._repeating_block() if self._several and b"}" in (self.vocab.token_bytes[token_id] or b"") else None
+                if block is None:
                     return None
-                event = self._finish_call(in_block=True)  # a call object in the block repeats one: the end
+                event = self._finish_call(block)  # a call object in the block repeats one: the end
                 self.mode = Mode.DONE
                 return event
             event = self._finish_call()
@@ -410,23 +411,24 @@ class CallController:
         self._tail = b""
         self._recent = b""
 
-    def _block_repeats(self) -> bool:
-        """Whether the block being written ends with a whole call object (but for the start of a separator: a
-        token may hold both, Qwen's `}}\n`) that repeats a call of the turn or of the block."""
+    def _repeating_block(self) -> list[ParsedCall] | None:
+        """The calls of the block being written where it ends with a whole call object (but for the start of a
+        separator: a token may hold both, Qwen's `}}\n`) that repeats a call of the turn or of the block; else
+        None."""
         assert self._guide is not None
         try:
             calls = self.grammar.format.parse_all(self._guide.text().rstrip(" \n,"))  # type: ignore[union-attr]
         except (CallParseError, ValueError):
-            return False
-        return calls[-1] in calls[:-1] or calls[-1] in self._turn_calls()
+            return None
+        return calls if calls[-1] in calls[:-1] or calls[-1] in self._turn_calls() else None
 
     def _turn_calls(self) -> list[ParsedCall]:
         """The calls the turn made so far (since the start or the last `inject`)."""
         return [call for e in self.events[self._turns[-1][1] if self._turns else 0 :] for call in e.calls]
 
-    def _finish_call(self, *, in_block: bool = False) -> CallEvent:
-        """Parse the finished call and move on to text mode or stop; `in_block`: the text ends inside a block of
-        several, after a call object (and maybe the start of a separator)."""
+    def _finish_call(self, block: list[ParsedCall] | None = None) -> CallEvent:
+        """Parse the finished call (`block`: the calls of a block of several already read, the text ending inside
+        it) and move on to text mode or stop."""
         assert self._guide is not None
         text = self._unspelled + self._guide.text()
         if self._respelled is not None:
@@ -434,8 +436,7 @@ class CallController:
         fmt = self.grammar.format
         try:
             parse_all = getattr(fmt, "parse_all", None)
-            written = self._guide.text().rstrip(" \n,") if in_block else self._guide.text()
-            calls = parse_all(written) if parse_all else [self._guide.result()]
+            calls = block or (parse_all(self._guide.text()) if parse_all else [self._guide.result()])
             event = CallEvent(text, calls)
         except (CallParseError, ValueError) as exc:
             event = CallEvent(text, [], str(exc))
