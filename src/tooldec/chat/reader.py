@@ -2,9 +2,10 @@
 
 A call opens with `<tool_call>` (closed by `</tool_call>`), a Markdown ```` ```json ```` block (closed by
 ```` ``` ````), Mistral's `[TOOL_CALLS]`, or bare: a JSON object whose first key is `"name"`, alone or in a JSON
-list. Its JSON ends where the JSON value does (a closing inside a string argument closes nothing): a value whose
-brackets and strings are still open at the end of the text is `cut` there; a malformed one ends at the closing
-after its brackets, or the next opening. A block between tags or in a fence may hold several call objects one
+list. A bare opening inside a fenced code block of another language (```` ```python ````) is code, not a call
+(`grammar.fences`, the rule the guide's trigger watch follows too). Its JSON ends where the JSON value does (a
+closing inside a string argument closes nothing): a value whose brackets and strings are still open at the end
+of the text is `cut` there; a malformed one ends at the closing after its brackets, or the next opening. A block between tags or in a fence may hold several call objects one
 after another (a comma or whitespace apart), read as one list. The object is read
 leniently: `arguments` or `parameters`, arguments as an object or as a JSON string of one; a list holds several
 calls. Python calls (`f(a=1), g(b=2)`, the `python` syntax) are the whole text. The serving output streams with
@@ -22,6 +23,7 @@ from typing import Any
 
 from tooldec.chat.syntax import FENCE_OPEN, ChatSyntax
 from tooldec.grammar.calls import CallParseError, ParsedCall, get_format, new_calls
+from tooldec.grammar.fences import code_spans, in_spans
 
 TAGS = ("<tool_call>", "</tool_call>")
 FENCE = (FENCE_OPEN, "```")
@@ -74,11 +76,13 @@ class CallBlock:
     cut: bool = False
 
 
-def _find(text: str, pos: int, shapes: Sequence[Shape]) -> tuple[int, int, Shape] | None:
-    """The first opening at or after `pos`: (start, end of the opening, its shape); the first shape wins a tie."""
+def _find(text: str, pos: int, shapes: Sequence[Shape], code: Sequence[tuple[int, int]] = ()) -> tuple[int, int, Shape] | None:
+    """The first opening at or after `pos`: (start, end of the opening, its shape); the first shape wins a tie.
+    A bare opening inside one of the `code` spans (`fences.code_spans`) is code, not a call."""
     best: tuple[int, int, Shape] | None = None
     for shape in shapes:
-        m = re.compile(shape.pattern).search(text, pos)
+        found = re.compile(shape.pattern).finditer(text, pos)
+        m = next((m for m in found if not (shape.bare and in_spans(m.start(), code))), None)
         if m is not None and (best is None or m.start() < best[0]):
             best = (m.start(), m.end(), shape)
     return best
@@ -88,7 +92,8 @@ def call_blocks(text: str, shapes: Sequence[Shape] = SHAPES) -> list[CallBlock]:
     """The call blocks in `text`, each opened by one of `shapes`; the last may be cut off by the text's end."""
     out: list[CallBlock] = []
     pos = 0
-    while (found := _find(text, pos, shapes)) is not None:
+    code = code_spans(text)
+    while (found := _find(text, pos, shapes, code)) is not None:
         start, opened, shape = found
         body = start if shape.bare else opened
         while body < len(text) and text[body].isspace():
@@ -107,7 +112,7 @@ def call_blocks(text: str, shapes: Sequence[Shape] = SHAPES) -> list[CallBlock]:
         if scanned is None and text.startswith(("{", "["), body):  # the value runs on to the end of the text
             out.append(CallBlock(start, text[body:], False, len(text), cut=True))
             return out
-        nxt = _find(text, max(opened, scanned or body + 1), shapes)  # not the object's own start again
+        nxt = _find(text, max(opened, scanned or body + 1), shapes, code)  # not the object's own start again
         close_at = text.find(shape.closing, scanned or opened) if shape.closing else -1
         if close_at >= 0 and (nxt is None or close_at < nxt[0]):
             pos = close_at + len(shape.closing)

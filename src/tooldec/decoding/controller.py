@@ -24,6 +24,9 @@ from tooldec.compiler import CompiledGrammar
 from tooldec.decoding.trigger import Trigger, Triggers, TriggerSpec, make_trigger
 from tooldec.errors import TokenRejectedError
 from tooldec.grammar.calls import CallParseError, ParsedCall, new_calls, several_in_block
+from tooldec.grammar.fences import START as FENCE_START
+from tooldec.grammar.fences import FenceState
+from tooldec.grammar.fences import step as fence_step
 from tooldec.guide import Guide
 from tooldec.index import PreparedVocab, pack_ids
 
@@ -127,6 +130,8 @@ class _Snapshot(NamedTuple):
     events: int
     written: tuple[str, tuple[str, str] | None] = ("", None)
     """The call's trigger as written where the guide does not hold it (`_unspelled`, `_respelled`)."""
+    fence: FenceState = FENCE_START
+    """Where the text stands among Markdown code fences (a bare trigger opens nothing inside a code block)."""
 
 
 class CallController:
@@ -194,6 +199,7 @@ class CallController:
         self.tokens: list[int] = []
         self._tail = b""
         self._recent = b""
+        self._fence = FENCE_START
         self._guide: Guide | CfgGuide | None = None
         self._pending_trigger: list[int] = []
         self._history: list[_Snapshot] = []
@@ -223,6 +229,7 @@ class CallController:
         """Switch to tool mode. The trigger (`opened`, or the first) is walked through the guide as text where the
         grammar spells it, else kept as the text before the call; a forced one is pending."""
         self.mode = Mode.TOOL
+        self._fence = FENCE_START  # the call's grammar holds its own fence; text after the call is outside one
         self._guide = guide = self.grammar.guide()
         self._unspelled = ""
         self._respelled = None
@@ -266,7 +273,7 @@ class CallController:
             return None
         allow = self.tool_choice != "none" and len(self.events) < self.max_calls
         eos = self.end_in_text and (not self.text_first or self._text_at is not None)
-        return self.trigger.allowed_mask(self._tail, allow=allow, eos=eos)
+        return self.trigger.allowed_mask(self._tail, allow=allow, eos=eos, code=self._fence.in_code)
 
     def fill_bitmask(self, out: np.ndarray, row: int = 0) -> None:
         """Write the packed mask of the tokens allowed next into row `row` of an `int32[B, W]` array."""
@@ -327,7 +334,8 @@ class CallController:
             raise TokenRejectedError(token_id, state, text)
         self._history.append(
             _Snapshot(self.mode, self._tail, self._recent, guide, guide.num_tokens if guide else 0,
-                      tuple(self._pending_trigger), len(self.events), (self._unspelled, self._respelled))
+                      tuple(self._pending_trigger), len(self.events), (self._unspelled, self._respelled),
+                      self._fence)
         )
         self.tokens.append(token_id)
         if self.mode is Mode.DONE:
@@ -348,7 +356,11 @@ class CallController:
                 self.mode = Mode.DONE
                 return None
         trig = self.trigger
-        opened = trig.opened(self._tail, token_id) if trig is not None and self.tool_choice != "none" else None
+        opened = None
+        if trig is not None:
+            if self.tool_choice != "none":
+                opened = trig.opened(self._tail, token_id, code=self._fence.in_code)
+            self._fence = fence_step(self._fence, token.decode("latin-1"))
         if opened is not None:
             self._tail = b""
             self._enter_tool(forced=False, opened=opened)
@@ -386,6 +398,7 @@ class CallController:
             del self.events[snap.events :]
             self._guide = snap.guide
             self._unspelled, self._respelled = snap.written
+            self._fence = snap.fence
             if snap.guide is not None:
                 snap.guide.rollback(snap.guide.num_tokens - snap.guide_tokens)
         if self._text_at is not None and self._text_at >= len(self.tokens):
@@ -406,10 +419,12 @@ class CallController:
         if tokens:
             self._turns.append((len(self.tokens), len(self.events)))
         for token in tokens:
-            self._history.append(_Snapshot(self.mode, self._tail, self._recent, None, 0, (), len(self.events)))
+            self._history.append(_Snapshot(self.mode, self._tail, self._recent, None, 0, (), len(self.events),
+                                           fence=self._fence))
             self.tokens.append(token)
         self._tail = b""
         self._recent = b""
+        self._fence = FENCE_START
 
     def _repeating_block(self) -> list[ParsedCall] | None:
         """The calls of the block being written where it ends with a whole call object (but for the start of a

@@ -59,6 +59,9 @@ class Trigger:
         """The trigger as text: its own text, or the name of its control token (`<tool_call>`)."""
         self.spelled: bytes = spelled or self.opening
         """What the guide is walked over when the grammar does not spell `opening` as written."""
+        self.bare: bool = self.text.startswith((b"{", b"["))
+        """Whether the trigger is a bare call's own JSON start (`{"name": "`): inside a code block of another
+        language it is code, and opens nothing (`grammar.fences`)."""
 
     def tokens(self) -> list[int]:
         """The tokens that write the trigger when it is forced: its control token, or its text's tokens."""
@@ -69,11 +72,14 @@ class Trigger:
         """Bytes of text to keep as the tail when watching for the trigger."""
         return len(self.text)
 
-    def allowed_mask(self, tail: bytes, *, allow: bool, eos: bool = True) -> np.ndarray | None:
+    def allowed_mask(self, tail: bytes, *, allow: bool, eos: bool = True, code: bool = False) -> np.ndarray | None:
         """The packed mask of tokens that may follow `tail` in text mode (None: every token).
 
         The trigger may only end at a token's end (allow), or not appear at all (not allow); without `eos` the
-        text may not end here (ReAct's text must lead to an action)."""
+        text may not end here (ReAct's text must lead to an action). In `code` (a fenced block of another
+        language) a bare trigger is not watched."""
+        if code and self.bare:
+            return None if eos else without_eos(self.prepared, ("code",), None)
         if self.token_id is not None:
             mask = None if allow else self.prepared.mask(("trigger-ban", self.token_id), self._build_ban)
             key: tuple[object, ...] = ("trigger-ban", self.token_id, allow)
@@ -111,16 +117,19 @@ class Trigger:
         keep[np.concatenate(banned)] = False
         return pack_bool(keep, self.prepared.words)
 
-    def fired(self, tail: bytes, token_id: int) -> bool:
-        """Whether `token_id`, written after `tail`, completes the trigger (at its end)."""
+    def fired(self, tail: bytes, token_id: int, *, code: bool = False) -> bool:
+        """Whether `token_id`, written after `tail`, completes the trigger (at its end); never a bare trigger in
+        `code`."""
+        if code and self.bare:
+            return False
         if self.token_id is not None:
             return token_id == self.token_id
         token = self.prepared.vocab.token_bytes[token_id]
         return bool(token) and (tail + token).endswith(self.text)
 
-    def opened(self, tail: bytes, token_id: int) -> Trigger | None:
+    def opened(self, tail: bytes, token_id: int, *, code: bool = False) -> Trigger | None:
         """This trigger if `token_id` completes it, else None (the same question `Triggers` answers)."""
-        return self if self.fired(tail, token_id) else None
+        return self if self.fired(tail, token_id, code=code) else None
 
 
 class TokenText:
@@ -183,23 +192,24 @@ class Triggers:
         """The first trigger's tokens (what a required call forces)."""
         return self.first.tokens()
 
-    def allowed_mask(self, tail: bytes, *, allow: bool, eos: bool = True) -> np.ndarray | None:
-        """The tokens every trigger allows after `tail` (None: every token), combined once per combination;
-        without `eos`, EOS is not among them."""
-        masks = [m for m in (t.allowed_mask(tail, allow=allow) for t in self.members) if m is not None]
+    def allowed_mask(self, tail: bytes, *, allow: bool, eos: bool = True, code: bool = False) -> np.ndarray | None:
+        """The tokens every trigger watched allows after `tail` (None: every token), combined once per
+        combination; without `eos`, EOS is not among them; in `code`, bare triggers are not watched."""
+        members = [t for t in self.members if not (code and t.bare)]
+        masks = [m for m in (t.allowed_mask(tail, allow=allow) for t in members) if m is not None]
         if len(masks) < 2 and eos:
             return masks[0] if masks else None
-        key = ("triggers", tuple((m.token_id, m.text, m._started(tail)) for m in self.members), allow)
+        key = ("triggers", tuple((m.token_id, m.text, m._started(tail)) for m in members), allow)
         if len(masks) < 2:
             mask = masks[0] if masks else None
         else:
             mask = self.prepared.mask(key, lambda: np.bitwise_and.reduce(np.stack(masks), axis=0))
         return mask if eos else without_eos(self.prepared, key, mask)
 
-    def opened(self, tail: bytes, token_id: int) -> Trigger | None:
+    def opened(self, tail: bytes, token_id: int, *, code: bool = False) -> Trigger | None:
         """The trigger `token_id` completes after `tail`, if any: the longest where several end there (Llama 3.1's
-        `[{"name": ` over `{"name": `)."""
-        fired = [m for m in self.members if m.fired(tail, token_id)]
+        `[{"name": ` over `{"name": `); in `code`, never a bare one."""
+        fired = [m for m in self.members if m.fired(tail, token_id, code=code)]
         return max(fired, key=lambda m: m.length) if fired else None
 
 
