@@ -111,6 +111,8 @@ class Expander:
         self.created: set[str] = set()
         self.count = 0
         self.prefix = ""
+        self.terms: dict[Node, Node] = {}  # pattern leaf -> its terminal symbol (a literal recurs in many rules)
+        self.aliased = False  # whether an alternative is renamed (`-> name`) anywhere
 
     def helper(self, kind: str, key: object, body: Callable[[Node], list[Alternative]]) -> Node:
         """The helper rule for `key` (its alternatives `body(symbol)`, made on first use), named after the rule
@@ -176,7 +178,7 @@ class Expander:
         for node in bottom_up(tree):
             kind = node[0]
             if kind == "seq":
-                acc: list[Symbols] = [()]
+                acc: list[Symbols] | None = None  # None: only the empty sequence so far
                 run: list[Node] = []  # symbols appended to every sequence once a choice or the end comes
                 for c in node[1:]:
                     got = done.get(id(c), c)
@@ -185,16 +187,28 @@ class Expander:
                     elif len(got) == 1:
                         run += got[0][0]
                     else:
-                        if run:
-                            tail = tuple(run)
-                            acc = [a + tail for a in acc]
-                            run = []
-                        acc = [a + s for a in acc for s, _alias in got]
-                if run:
-                    tail = tuple(run)
-                    acc = [a + tail for a in acc]
-                done[id(node)] = [(s, None) for s in acc]
+                        if acc is None:
+                            head = tuple(run)
+                            acc = [head + s for s, _alias in got]
+                        else:
+                            if run:
+                                tail = tuple(run)
+                                acc = [a + tail for a in acc]
+                            acc = [a + s for a in acc for s, _alias in got]
+                        run = []
+                if acc is None:
+                    done[id(node)] = [(tuple(run), None)]
+                else:
+                    if run:
+                        tail = tuple(run)
+                        acc = [a + tail for a in acc]
+                    done[id(node)] = [(s, None) for s in acc]
             elif kind == "alts":
+                if len(node) == 2:  # one alternative: its list, deduplicated only where it has several entries
+                    got = done.get(id(node[1]), node[1])
+                    done[id(node)] = ([((got,), None)] if type(got) is tuple else got if len(got) == 1
+                                      else list(dict.fromkeys(got)))
+                    continue
                 found: dict[Alternative, None] = {}
                 for c in node[1:]:
                     got = done.get(id(c), c)
@@ -204,12 +218,16 @@ class Expander:
                         found.update(dict.fromkeys(got))
                 done[id(node)] = list(found)
             elif kind == "P":
-                term = self.anon.name(Pattern(node[1], node[2], node[3]))
-                self.offsets.setdefault(term, self.literals.get(node))
-                done[id(node)] = ("T", term)
+                term = self.terms.get(node)
+                if term is None:
+                    term_name = self.anon.name(Pattern(node[1], node[2], node[3]))
+                    self.offsets.setdefault(term_name, self.literals.get(node))
+                    term = self.terms[node] = ("T", term_name)
+                done[id(node)] = term
             elif kind == "expr":
                 done[id(node)] = self.operator(node, done, trees)
             elif kind == "alias":
+                self.aliased = True
                 done[id(node)] = [(s, node[2]) for s, _alias in done[id(node[1])]]
             else:
                 done[id(node)] = self.instance(node, done)

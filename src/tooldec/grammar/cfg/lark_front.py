@@ -23,6 +23,7 @@ from tooldec.grammar.cfg.lark_terms import AnonymousTerminals, Pattern, term_pat
 from tooldec.grammar.cfg.model import ContextFreeGrammar, Rule, Terminal, nonterminal_symbol
 from tooldec.grammar.cfg.normalize import normalize
 from tooldec.grammar.cfg.terminal_regex import literal_ir, regex_ir
+from tooldec.grammar.ir import lit
 
 
 @cache
@@ -183,6 +184,9 @@ class _Builder:
             name, d = expander.instances[i]
             i += 1
             bodies.append((name, expander.expand(name, d.tree)))
+        if not expander.aliased:  # no alias: the alternatives, already without duplicates, keep apart
+            return [(name, [symbols for symbols, _alias in alternatives])
+                    for name, alternatives in bodies + expander.helpers]
         out: list[tuple[str, list[Symbols]]] = []
         for name, alternatives in bodies + expander.helpers:  # each name once
             seen: dict[Symbols, None] = {}
@@ -199,6 +203,8 @@ class _Builder:
 
     def terminal(self, name: str, pattern: Pattern, priority: int) -> Terminal:
         """One terminal as byte-level IR; refusals point at its definition or its first use."""
+        if pattern.kind == "str" and not pattern.flags and pattern.value.isascii() and pattern.value:
+            return Terminal(name, lit(pattern.value.encode()), priority=priority, literal=True)  # literal_ir's
         try:
             flags = sorted(pattern.flags) if pattern.flags else ()
             if pattern.kind == "str":
@@ -225,9 +231,13 @@ class _Builder:
             raise GrammarError(f"the start rule {start!r} is not defined")
         number = {("T", name): i for name, i in term_index.items()}
         number.update({("N", name): nonterminal_symbol(i) for name, i in nt_index.items()})
+        symbol, new = number.__getitem__, tuple.__new__  # a Rule made as the tuple it is: its __new__ runs in Python
+        bnf: list[Rule] = []
         try:
-            bnf = [Rule(nt_index[o], tuple(map(number.__getitem__, symbols)))
-                   for o, alternatives in rules if o not in dropped for symbols in alternatives]
+            for o, alternatives in rules:
+                if o not in dropped:
+                    lhs = nt_index[o]
+                    bnf += [new(Rule, (lhs, tuple(map(symbol, symbols)))) for symbols in alternatives]
         except KeyError as exc:  # a template used as a plain rule (as Lark, only where the rule is kept)
             name = exc.args[0][1]
             raise self.fail(self.syntax.uses.get(name), f"invalid Lark grammar: template '{name}' is not defined "

@@ -14,13 +14,26 @@ from tooldec.errors import GrammarError
 from tooldec.grammar.cfg.model import ContextFreeGrammar, Rule, nonterminal_symbol, symbol_nonterminal
 
 
-def _productive(rules: tuple[Rule, ...], needs: list[list[int]], count: int) -> list[bool]:
-    """Per nonterminal, whether it derives at least one terminal string (`needs`: each rule's nonterminals)."""
-    waiting = [len(n) for n in needs]  # per rule, occurrences of nonterminals not yet known productive
-    uses: list[list[int]] = [[] for _ in range(count)]  # per nonterminal, one rule index per occurrence
-    for i, n in enumerate(needs):
-        for sym in n:
-            uses[~sym].append(i)  # symbol_nonterminal, inlined
+def _graph(rules: tuple[Rule, ...], count: int) -> tuple[list[int], list[list[int]], list[list[int]]]:
+    """One pass over the symbols: per rule, how many nonterminals it names; per nonterminal, one rule index per
+    occurrence of it, and the nonterminal symbols its rules name."""
+    waiting = [0] * len(rules)
+    uses: list[list[int]] = [[] for _ in range(count)]
+    names: list[list[int]] = [[] for _ in range(count)]
+    for i, (lhs, rhs) in enumerate(rules):
+        named = names[lhs]
+        before = len(named)
+        for sym in rhs:
+            if sym < 0:
+                uses[~sym].append(i)  # symbol_nonterminal, inlined
+                named.append(sym)
+        waiting[i] = len(named) - before
+    return waiting, uses, names
+
+
+def _productive(rules: tuple[Rule, ...], waiting: list[int], uses: list[list[int]], count: int) -> list[bool]:
+    """Per nonterminal, whether it derives at least one terminal string (`waiting`: per rule, its nonterminal
+    occurrences, counted down here; `uses`: per nonterminal, one rule index per occurrence)."""
     productive = [False] * count
     queue = deque(rules[i].lhs for i, w in enumerate(waiting) if w == 0)
     while queue:
@@ -42,28 +55,31 @@ def normalize(grammar: ContextFreeGrammar) -> ContextFreeGrammar:
     """
     rules = grammar.rules
     count = len(grammar.nonterminals)
-    needs = [[s for s in rhs if s < 0] for _lhs, rhs in rules]  # per rule, its nonterminals
-    productive = _productive(rules, needs, count)
+    waiting, uses, names = _graph(rules, count)
+    productive = _productive(rules, waiting, uses, count)
     if not productive[grammar.start]:
         raise GrammarError(f"the grammar's language is empty: start symbol {grammar.nonterminals[grammar.start]!r} "
                            "derives no string of terminals (each of its derivations recurses forever)")
-    every = all(productive)
-    live = range(len(rules)) if every else [i for i, n in enumerate(needs) if all(productive[~s] for s in n)]
-    by_lhs: list[list[int]] = [[] for _ in range(count)]  # per nonterminal, its live rules' indices
-    for i in live:
-        by_lhs[rules[i].lhs].append(i)
+    live: range | list[int] = range(len(rules))
+    if not all(productive):
+        live = [i for i, (_lhs, rhs) in enumerate(rules) if all(s >= 0 or productive[~s] for s in rhs)]
+        names = [[] for _ in range(count)]  # per nonterminal, the nonterminal symbols its live rules name
+        for i in live:
+            names[rules[i].lhs] += [s for s in rules[i].rhs if s < 0]
     reachable = [False] * count
     reachable[grammar.start] = True
     queue = deque([grammar.start])
     while queue:
-        for i in by_lhs[queue.popleft()]:
-            for sym in needs[i]:
-                if not reachable[nt := ~sym]:
-                    reachable[nt] = True
-                    queue.append(nt)
+        for sym in names[queue.popleft()]:
+            if not reachable[nt := ~sym]:
+                reachable[nt] = True
+                queue.append(nt)
     everywhere = all(reachable)
-    kept = list(dict.fromkeys(rules[i] for i in live if everywhere or reachable[rules[i].lhs]))
-    used_terms = {s for s in set(grammar.ignore).union(*[r.rhs for r in kept]) if s >= 0}
+    if everywhere and len(live) == len(rules):
+        kept = list(dict.fromkeys(rules))
+    else:
+        kept = list(dict.fromkeys(rules[i] for i in live if everywhere or reachable[rules[i].lhs]))
+    used_terms = {s for s in set(grammar.ignore).union(*[rhs for _lhs, rhs in kept]) if s >= 0}
     ignore = tuple(dict.fromkeys(grammar.ignore))
     if len(kept) == len(rules) and everywhere and len(used_terms) == len(grammar.terminals):
         # nothing dropped: every symbol keeps its number (the common case, worth skipping the renumbering)

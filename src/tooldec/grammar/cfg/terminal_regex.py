@@ -10,6 +10,7 @@ the lexeme (lookaround, backreferences, word boundaries, anchors inside the patt
 from __future__ import annotations
 
 import _sre  # type: ignore[import-not-found]
+import os
 import re
 import warnings
 from collections.abc import Iterable
@@ -367,17 +368,15 @@ def _choice_ir(options: list[str]) -> Node:
     prefix out of the branch, then makes a branch of single characters a class (re._parser._parse_sub)."""
     if len(options) == 1:
         return _string_ir(options[0])
-    prefix = 0
-    while all(len(o) > prefix for o in options) and all(o[prefix] == options[0][prefix] for o in options):
-        prefix += 1
-    rest = list(dict.fromkeys(o[prefix:] for o in options))
-    if all(len(r) == 1 for r in rest):
-        tail = _raw_utf8_ir(_char_ranges(C.IN, tuple((C.LITERAL, ord(r)) for r in rest), 0))
+    prefix = len(os.path.commonprefix(options))
+    rest = list(dict.fromkeys([o[prefix:] for o in options]))
+    if min(map(len, rest)) == 1 == max(map(len, rest)):
+        tail = _raw_utf8_ir(_char_ranges(C.IN, tuple([(C.LITERAL, ord(r)) for r in rest]), 0))
     elif len(rest) == 1 or _SURROGATE.search("".join(rest)):
         tail = alt(*map(_string_ir, rest))
     else:  # distinct strings have distinct UTF-8 (alt's structural dedup would find nothing to drop)
-        tail = Alt(tuple(map(_string_ir, rest)))
-    return seq(_string_ir(options[0][:prefix]), tail)
+        tail = Alt(tuple([lit(r.encode()) for r in rest]))  # `_string_ir` of each: no surrogate among them
+    return seq(_string_ir(options[0][:prefix]), tail) if prefix else tail
 
 
 def _string_ir(text: str) -> Node:
