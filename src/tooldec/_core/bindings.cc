@@ -519,4 +519,5 @@ PYBIND11_MODULE(_core, m) {
   m.attr("DEAD") = DEAD;
   m.attr("FINAL") = FINAL;
   cfg::register_cfg(m);  // the context-free guide (cfg_bindings.cc)
+  register_lark(m);  // the tokenizer of Lark grammar texts (lark_lexer.cc)
 }

@@ -14,6 +14,9 @@ namespace py = pybind11;
 template <typename T>
 using carray = py::array_t<T, py::array::c_style | py::array::forcecast>;
 
+// Adds lark_tokens, the tokenizer of Lark grammar texts (lark_lexer.cc), to the module.
+void register_lark(py::module_& m);
+
 namespace cfg {
 
 // Adds CfgGrammar, CfgMatcher and GrammarTooLarge to the module.

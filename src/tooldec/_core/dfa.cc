@@ -135,8 +135,7 @@ Dfa chain_dfa(const std::vector<Mask>& masks) {
   const size_t n = masks.size() + 2;
   std::vector<int32_t> table(n * static_cast<size_t>(nc), -1);
   for (size_t i = 0; i < masks.size(); ++i)
-    for (int b = 0; b < 256; ++b)
-      if (mask_has(masks[i], b)) table[(i + 1) * nc + cls[b]] = static_cast<int32_t>(i + 2);
+    for_bits(masks[i], [&](int b) { table[(i + 1) * nc + cls[b]] = static_cast<int32_t>(i + 2); });
   std::vector<uint8_t> accepting(n, 0);
   accepting[n - 1] = 1;
   return finish_table(table, nc, cls, accepting);

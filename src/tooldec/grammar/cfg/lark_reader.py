@@ -1,8 +1,8 @@
 """A reader of the Lark grammar dialect: text to definitions whose bodies are trees of tuples.
 
-The tokenizer is one master regex; statements and bodies are read by a loop with an explicit stack of open
-groups, so nesting never reaches Python's recursion limit (groups deeper than MAX_DEPTH are refused). Bodies use
-the shapes of Lark's own grammar trees, as tuples (equal trees compare equal, as Lark's do):
+The compiled core cuts the tokens (`_core.lark_tokens`); statements and bodies are read by a loop with an explicit
+stack of open groups, so nesting never reaches Python's recursion limit (groups deeper than MAX_DEPTH are
+refused). Bodies use the shapes of Lark's own grammar trees, as tuples (equal trees compare equal, as Lark's do):
 
     ("alts", alternative, ...)        one or more alternatives (an alternative is a "seq" or an "alias")
     ("seq", item, ...)                a concatenation (possibly empty)
@@ -15,9 +15,9 @@ the shapes of Lark's own grammar trees, as tuples (equal trees compare equal, as
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
+from tooldec import _core
 from tooldec.errors import GrammarError
 
 MAX_DEPTH = 256
@@ -25,26 +25,6 @@ MAX_DEPTH = 256
 
 Node = tuple  # type: ignore[type-arg]
 
-_TOKEN = re.compile(r"""
-    [ \t\f]*  # blanks before a token are taken with it: one match per token
-  (?:  # the commonest first; only dotdot/dot, mod/op and op/number overlap, and keep that order
-    (?P<rule>_?[a-z][_a-z0-9]*)
-  | (?P<term>_?[A-Z][_A-Z0-9]*)
-  | (?P<string>"(?:\\[^\n]|[^"\\\n])*"i?)
-  | (?P<punct>[()\[\]{}:,~|])
-  | (?P<nl>\r?\n(?:\s|//[^\n]*|\#[^\n]*)*(?P<bar>\|)?)
-  | (?P<skip>[ \t\f]+|\\[ ]*\r?\n|//[^\n]*|\#[^\n]*)
-  | (?P<regexp>/(?!/)(?:\\[\s\S]|[^/\\])*/[imslux]*)
-  | (?P<to>->)
-  | (?P<dotdot>\.\.)
-  | (?P<dot>\.)
-  | (?P<directive>%[a-z]+)
-  | (?P<mod>(?:![?]?|[?]!?)(?=[_a-z]))
-  | (?P<op>[+*?])
-  | (?P<number>[+-]?\d+)
-  )
-  | (?P<bad>[\s\S])  # a character no token starts with (an error)
-""", re.VERBOSE)
 _SHOWN = {"nl": "a line end", "eof": "the end of the grammar"}
 
 
@@ -102,29 +82,13 @@ def error_at(text: str, offset: int, message: str) -> GrammarError:
 
 
 def tokenize(text: str) -> list[Token]:
-    """The tokens of `text`, ending with a line end and "eof"; GrammarError at a character no token starts with."""
-    tokens: list[Token] = []
-    append = tokens.append
-    for m in _TOKEN.finditer(text):  # every character is in some match: "bad" takes any other one
-        kind = m.lastgroup
-        if kind == "skip":
-            continue
-        value = m[kind]  # type: ignore[index]
-        if kind == "nl":
-            if m["bar"]:
-                append(("|", "|", m.start("bar")))
-            else:
-                append(("nl", value, m.start(kind)))
-        elif kind == "punct":
-            append((value, value, m.start(kind)))
-        elif kind == "bad":
-            raise error_at(text, m.start(kind), f"invalid Lark grammar: Unexpected input {value!r}")
-        else:
-            append((kind, value, m.start(kind)))  # type: ignore[arg-type]
-    n = len(text)
-    append(("nl", "\n", n))
-    append(("eof", "", n))
-    return tokens
+    """The tokens of `text`, ending with a line end and "eof"; GrammarError at a character no token starts with.
+
+    The compiled core cuts them (its lark_lexer.cc has the token syntax, as the master regex it replaces)."""
+    tokens = _core.lark_tokens(text)  # type: ignore[attr-defined]
+    if type(tokens) is int:
+        raise error_at(text, tokens, f"invalid Lark grammar: Unexpected input {text[tokens]!r}")
+    return tokens  # type: ignore[no-any-return]
 
 
 def unescape(body: str, is_string: bool) -> str:
@@ -342,33 +306,37 @@ class _Reader:
     def body(self, allow_alias: bool) -> Node:
         """Alternatives up to the end of the statement, with an explicit stack of open groups.
 
-        The commonest values (a terminal, a rule, a plain string) are read inline: a body is most of the tokens."""
+        The commonest values (a terminal, a rule, a plain string) are read inline: a body is most of the tokens, and
+        the position is a local, handed to `self.i` around the methods that read on."""
         tokens, uses, literals = self.tokens, self.syntax.uses, self.syntax.literals
+        i = self.i
         opener: Token | None = None
         alternatives: list[Node] = []
         items: list[Node] = []
         stack: list[tuple[Token | None, list[Node], list[Node]]] = []  # the enclosing groups' state
         fixed = False  # whether the last item already carries an operator
         while True:
-            token = tokens[self.i]
-            self.i += 1
+            token = tokens[i]
+            i += 1
             kind, value, offset = token
             if kind == "term":
                 uses.setdefault(value, offset)
                 items.append(("T", value))
                 fixed = False
-            elif kind == "rule" and tokens[self.i][0] != "{":
+            elif kind == "rule" and tokens[i][0] != "{":
                 uses.setdefault(value, offset)
                 items.append(("N", value))
                 fixed = False
             elif kind == "string" and len(value) > 2 and value[-1] == '"' and "\\" not in value and (
-                    tokens[self.i][0] != "dotdot"):
+                    tokens[i][0] != "dotdot"):
                 node: Node = ("P", "str", value[1:-1], _NO_FLAGS)  # `literal` of a plain string
                 literals.setdefault(node, offset)
                 items.append(node)
                 fixed = False
             elif kind in _VALUES:
+                self.i = i
                 items.append(self.value(token, len(stack) + 1))
+                i = self.i
                 fixed = False
             elif kind == "op" or kind == "~":
                 if not items or fixed:
@@ -376,9 +344,11 @@ class _Reader:
                 if kind == "op":
                     items[-1] = ("expr", items[-1], value, 0, 0)
                 else:
+                    self.i = i
                     lo = hi = int(self.need("number", "a number after '~'")[1])
                     if self.take("dotdot"):
                         hi = int(self.need("number", "a number after '..'")[1])
+                    i = self.i
                     if hi < lo or lo < 0:
                         raise self.error(token, f"Bad Range for repeat ({lo}..{hi} isn't allowed)")
                     items[-1] = ("expr", items[-1], "~", lo, hi)
@@ -401,17 +371,21 @@ class _Reader:
                 items = []
                 fixed = False
             elif kind == "to" and allow_alias and opener is None:
+                self.i = i
                 alias = self.need("rule", "an alias name (lowercase)")[1]
+                i = self.i
                 alternatives.append(("alias", ("seq", *items), alias))
                 items = []
-                after = tokens[self.i]
+                after = tokens[i]
                 if after[0] not in ("|", "nl"):
                     raise self.unexpected(after, "'|' or a line end after an alias")
                 if after[0] == "|":
-                    self.i += 1
+                    i += 1
                 else:
+                    self.i = i
                     return ("alts", *alternatives)
             elif kind == "nl" and opener is None:
+                self.i = i
                 alternatives.append(("seq", *items))
                 return ("alts", *alternatives)
             else:
