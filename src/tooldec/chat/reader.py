@@ -5,11 +5,11 @@ A call opens with `<tool_call>` (closed by `</tool_call>`), a Markdown ```` ```j
 list. A bare opening inside a fenced code block of another language (```` ```python ````) is code, not a call
 (`grammar.fences`, the rule the guide's trigger watch follows too). Its JSON ends where the JSON value does (a
 closing inside a string argument closes nothing): a value whose brackets and strings are still open at the end
-of the text is `cut` there; a malformed one ends at the closing after its brackets, or the next opening. A block between tags or in a fence may hold several call objects one
-after another (a comma or whitespace apart), read as one list. The object is read
-leniently: `arguments` or `parameters`, arguments as an object or as a JSON string of one; a list holds several
-calls. Python calls (`f(a=1), g(b=2)`, the `python` syntax) are the whole text. The serving output streams with
-the same pieces (`CALL_HEAD`, `json_value_end`).
+of the text is `cut` there; a malformed one ends at the closing after its brackets, or the next opening. A block
+between tags or in a fence may hold several call objects one after another (a comma or whitespace apart), read
+as one list. The object is read leniently: `arguments` or `parameters`, arguments as an object or as a JSON
+string of one; a list holds several calls. Python calls (`f(a=1), g(b=2)`, the `python` syntax) are the whole
+text. The serving output streams with the same pieces (`CALL_HEAD`, `json_value_end`).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def call_blocks(text: str, shapes: Sequence[Shape] = SHAPES) -> list[CallBlock]:
     """The call blocks in `text`, each opened by one of `shapes`; the last may be cut off by the text's end."""
     out: list[CallBlock] = []
     pos = 0
-    code = code_spans(text)
+    code = code_spans(text) if any(s.bare for s in shapes) else []
     while (found := _find(text, pos, shapes, code)) is not None:
         start, opened, shape = found
         body = start if shape.bare else opened

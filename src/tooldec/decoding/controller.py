@@ -360,7 +360,8 @@ class CallController:
         if trig is not None:
             if self.tool_choice != "none":
                 opened = trig.opened(self._tail, token_id, code=self._fence.in_code)
-            self._fence = fence_step(self._fence, token.decode("latin-1"))
+            if trig.bare:  # only a bare trigger minds code fences
+                self._fence = fence_step(self._fence, token.decode("latin-1"))
         if opened is not None:
             self._tail = b""
             self._enter_tool(forced=False, opened=opened)

@@ -187,6 +187,8 @@ class Triggers:
         self.first = self.members[0]
         self.length = max(m.length for m in self.members)
         """Bytes of text to keep as the tail: enough for the longest trigger."""
+        self.bare = any(m.bare for m in self.members)
+        """Whether a member is a bare call's JSON start (the text's code fences then matter)."""
 
     def tokens(self) -> list[int]:
         """The first trigger's tokens (what a required call forces)."""

@@ -43,13 +43,6 @@ class FenceState(NamedTuple):
 START = FenceState()
 
 
-def _fence(state: FenceState) -> FenceState:
-    """The state after a run of three backticks: a fence opens (its info string follows) or closes."""
-    if state.mode in (CODE, PLAIN):
-        return START
-    return FenceState(INFO, 0, "")
-
-
 def _info_end(info: str) -> int:
     """The block a fence opens once its info string has ended with a newline."""
     words = info.split()
@@ -65,8 +58,8 @@ def step(state: FenceState, text: str) -> FenceState:
     for ch in text:
         if ch == "`":
             ticks += 1
-            if ticks == 3:
-                mode, ticks, info = _fence(FenceState(mode, 0, info))
+            if ticks == 3:  # a fence: it closes the block it is in, else opens one (its info string follows)
+                mode, ticks, info = OUT if mode in (CODE, PLAIN) else INFO, 0, ""
             continue
         if ticks and mode == INFO:  # a backtick in the info string: inline code, not a fence
             mode, info = OUT, ""
